@@ -1,0 +1,1 @@
+"""Ray actors for raygroups."""

@@ -1,0 +1,1 @@
+"""Spark (RayDP) integration."""

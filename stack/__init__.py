@@ -1,0 +1,11 @@
+"""raygroups protocol stack: sans-IO layers, an asyncio runtime, a simulator."""
+from .address import Address
+from .config import StackConfig
+from .errors import GroupClosed, JoinTimeout, MessageTooLarge, NotConnected, RaygroupsError
+from .message import Message
+from .runtime.channel import Channel
+from .view import Left, MergeView, View, ViewChange, ViewId
+
+__all__ = ["Address", "Channel", "GroupClosed", "JoinTimeout", "Left", "MergeView", "Message",
+           "MessageTooLarge", "NotConnected", "RaygroupsError", "StackConfig", "View",
+           "ViewChange", "ViewId"]

@@ -1,0 +1,95 @@
+"""Stack configuration: one dataclass per layer, composed into ``StackConfig``, with named
+presets. ``local`` is tuned for one host (fast timers), ``lan`` for a data-centre network,
+``wan`` for long, lossy links."""
+from __future__ import annotations
+
+import dataclasses
+import random
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from .discovery.ping import DiscoveryConfig, Ping
+from .gms import Gms, GmsConfig
+from .layer import Host
+from .nakack import NakAck, NakAckConfig
+from .stable import Stable, StableConfig
+from .stack import Stack
+from .transport import Transport, TransportConfig
+from .unicast import Unicast, UnicastConfig
+
+
+@dataclass
+class StackConfig:
+    transport: TransportConfig = field(default_factory=TransportConfig)
+    discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
+    nakack: NakAckConfig = field(default_factory=NakAckConfig)
+    unicast: UnicastConfig = field(default_factory=UnicastConfig)
+    stable: StableConfig = field(default_factory=StableConfig)
+    gms: GmsConfig = field(default_factory=GmsConfig)
+
+    # -- presets --------------------------------------------------------------------------
+    @classmethod
+    def local(cls, transport: str = "udp", **options: Any) -> "StackConfig":
+        """One host, loopback: short timers everywhere."""
+        cfg = cls(
+            transport=TransportConfig(kind=transport),
+            discovery=DiscoveryConfig(timeout_s=0.15),
+            nakack=NakAckConfig(xmit_interval_s=0.02, highest_interval_s=0.05),
+            unicast=UnicastConfig(xmit_interval_s=0.02),
+            stable=StableConfig(desired_avg_gossip_s=0.05),
+            gms=GmsConfig(join_timeout_s=0.5, view_bundling_s=0.002, view_ack_timeout_s=1.0,
+                          leave_drain_s=1.0, leave_timeout_s=2.0),
+        )
+        return cfg.with_options(**options)
+
+    @classmethod
+    def lan(cls, transport: str = "udp", **options: Any) -> "StackConfig":
+        """A data-centre LAN: the dataclass defaults."""
+        return cls(transport=TransportConfig(kind=transport, bind_addr="0.0.0.0")).with_options(**options)
+
+    @classmethod
+    def wan(cls, transport: str = "tcp", **options: Any) -> "StackConfig":
+        """Long, lossy links: no IP multicast, patient timers."""
+        cfg = cls(
+            transport=TransportConfig(kind=transport, bind_addr="0.0.0.0", ip_multicast=False),
+            discovery=DiscoveryConfig(mode="static", timeout_s=2.0),
+            nakack=NakAckConfig(xmit_interval_s=0.2, highest_interval_s=0.5),
+            unicast=UnicastConfig(xmit_interval_s=0.2),
+            stable=StableConfig(desired_avg_gossip_s=1.0),
+            gms=GmsConfig(join_timeout_s=5.0, view_bundling_s=0.05, view_ack_timeout_s=5.0,
+                          leave_drain_s=5.0, leave_timeout_s=10.0),
+        )
+        return cfg.with_options(**options)
+
+    def with_options(self, **options: Any) -> "StackConfig":
+        """Override fields by ``layer__field=value`` (e.g. ``discovery__mode="static"``), or
+        shortcuts: ``initial_hosts=[...]`` (static discovery), ``port``, ``bind_addr``,
+        ``mcast_port``."""
+        shortcuts = {"initial_hosts": "discovery__initial_hosts", "port": "transport__port",
+                     "bind_addr": "transport__bind_addr", "mcast_port": "transport__mcast_port",
+                     "mcast_addr": "transport__mcast_addr"}
+        cfg = dataclasses.replace(self, **{f.name: dataclasses.replace(getattr(self, f.name))
+                                            for f in dataclasses.fields(self)})
+        for key, value in options.items():
+            key = shortcuts.get(key, key)
+            if key == "discovery__initial_hosts":
+                cfg.discovery.mode = "static"
+                value = tuple((str(h), int(p)) for h, p in value)
+            layer, sep, name = key.partition("__")
+            sub = getattr(cfg, layer, None) if sep else None
+            if sub is None or not hasattr(sub, name):
+                raise TypeError(f"unknown stack option {key!r}")
+            setattr(sub, name, value)
+        return cfg
+
+    @property
+    def needs_mcast_socket(self) -> bool:
+        t = self.transport
+        return (t.kind == "udp" and t.ip_multicast) or self.discovery.mode == "multicast"
+
+    def build(self, cluster: str, name: str, host: Host, rng: random.Random,
+              uid: Optional[bytes] = None) -> Stack:
+        """Compose the layers bottom-first into a Stack."""
+        layers = [Transport(self.transport), Ping(self.discovery), NakAck(self.nakack),
+                  Unicast(self.unicast), Stable(self.stable), Gms(self.gms)]
+        return Stack(cluster, name, layers, host, rng, uid)

@@ -1,0 +1,1 @@
+"""Discovery protocols and stores."""

@@ -1,0 +1,21 @@
+"""Typed errors raised to applications."""
+
+
+class RaygroupsError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class MessageTooLarge(RaygroupsError):
+    """The payload does not fit a datagram and no fragmentation layer is configured."""
+
+
+class NotConnected(RaygroupsError):
+    """The channel has not joined a group (or has left it)."""
+
+
+class JoinTimeout(RaygroupsError):
+    """Joining the group did not finish in time."""
+
+
+class GroupClosed(RaygroupsError):
+    """The channel was closed."""

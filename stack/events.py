@@ -1,0 +1,108 @@
+"""Control events that layers pass to each other through the stack (JGroups' Event).
+
+A ``down_event`` travels from a layer towards the transport, an ``up_event`` towards the
+application; the first layer that handles an event answers it and stops it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from .address import Address
+from .view import View
+
+
+@dataclass
+class ViewInstalled:
+    """GMS installed ``view`` (sent down to every layer, then up to the application)."""
+    view: View
+    previous: Optional[View] = None
+
+
+@dataclass
+class GetDigest:
+    """NAKACK answers {address: highest seqno delivered}; with ``sent`` the own entry is the
+    highest seqno sent, the exact starting point for a joiner (no +1 kludge)."""
+    sent: bool = False
+
+
+@dataclass
+class SetDigest:
+    """A joiner's starting point: expect messages above these seqnos."""
+    digest: dict
+
+
+@dataclass
+class Stability:
+    """STABLE agreed: every member has delivered these seqnos; purge below them."""
+    digest: dict
+
+
+@dataclass
+class OwnUnstable:
+    """NAKACK answers how many of this member's multicasts are not yet stable."""
+
+
+@dataclass
+class RunStable:
+    """Ask STABLE to start a gossip round now (used by a draining leaver)."""
+
+
+@dataclass
+class AddPhysical:
+    """Teach the transport where a member listens."""
+    addr: Address
+    phys: Any
+
+
+@dataclass
+class GetPhysical:
+    """Transport answers the physical address of ``addr`` (None for self: its own)."""
+    addr: Optional[Address] = None
+
+
+@dataclass
+class EmitTo:
+    """Send ``msg`` to a physical address (or MCAST) directly, bypassing address lookup."""
+    phys: Any
+    msg: Any
+
+
+@dataclass
+class FindMembers:
+    """Discovery runs a round and calls ``callback(list[PingData])``."""
+    callback: Callable[[list], None]
+
+
+@dataclass
+class MembershipStatus:
+    """GMS tells discovery what to answer pings with."""
+    joined: bool
+    is_coord: bool
+    view: Optional[View] = None
+
+
+@dataclass
+class PingData:
+    addr: Address
+    phys: Any
+    is_coord: bool
+    joined: bool
+    coord: Optional[Address] = None
+
+
+@dataclass
+class Writable:
+    """Sent up when a layer's send window filled (False) or drained (True)."""
+    layer: str
+    writable: bool
+
+
+@dataclass
+class Leave:
+    """The application asked to leave."""
+
+
+@dataclass
+class Connect:
+    """The application asked to join (or found) the group."""

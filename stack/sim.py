@@ -1,0 +1,237 @@
+"""Deterministic simulator: the same Stack objects on a virtual clock and network.
+
+Every random choice (link delay, loss, duplication, reordering, member UUIDs, protocol
+randomness) comes from one seed, so a run replays exactly. Failures name the seed:
+``reproduce with --sim-seed=N``. Users can run their configuration at 1,000 members here.
+"""
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Optional
+
+from .config import StackConfig
+from .layer import MCAST
+from .message import Message
+from .view import Left, View, ViewChange
+
+
+class SimTimeout(AssertionError):
+    """``run_until`` ran out of virtual time; the message names the seed."""
+
+
+@dataclass
+class SimOptions:
+    loss: float = 0.0
+    """Probability that one packet copy is dropped."""
+    duplicate: float = 0.0
+    """Probability that one packet copy is delivered twice."""
+    reorder: float = 0.0
+    """Probability that one packet copy is held back (delivered after later ones)."""
+    delay_s: tuple = (0.0002, 0.001)
+    """Uniform one-way delay range per packet copy."""
+    reorder_delay_s: float = 0.01
+    """Extra delay, up to this much, for a copy chosen for reordering."""
+
+
+class _Timer:
+    __slots__ = ("cancelled",)
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class SimMember:
+    """One simulated member. Survives crash/restart: ``address`` changes per incarnation."""
+
+    def __init__(self, sim: "Simulation", index: int, cluster: str, name: str,
+                 config: StackConfig):
+        self.sim, self.index, self.cluster, self.name, self.config = sim, index, cluster, name, config
+        self.local_phys = (f"10.{index // 65536 % 256}.{index // 256 % 256}.{index % 256}", 7800)
+        self.incarnation = 0
+        self.stack = None
+        self.alive = False
+        self.views: list[View] = []
+        self.delivered: list[Message] = []
+        self.events: list = []
+        self.left: Optional[Left] = None
+        self.on_message: Optional[Callable[["SimMember", list], None]] = None
+
+    # Host protocol ------------------------------------------------------------------------
+    def now(self) -> float:
+        return self.sim.now
+
+    def call_later(self, delay: float, fn: Callable[[], None]) -> _Timer:
+        return self.sim._schedule(delay, fn)
+
+    def emit(self, dest: Any, data: bytes) -> None:
+        self.sim._transmit(self, dest, data)
+
+    def deliver(self, item: Any) -> None:
+        self.events.append(item)
+        if type(item) is ViewChange:
+            self.views.append(item.view)
+        elif type(item) is Left:
+            self.left = item
+            self.sim._schedule(0, self._stop_after_flush)
+
+    def _stop_after_flush(self) -> None:
+        """Runs after the stack's pending flush (e.g. the last VIEW_ACK) went out."""
+        self.stack.stop()
+        self.alive = False
+
+    def deliver_messages(self, batch: list) -> None:
+        self.delivered.extend(batch)
+        self.events.extend(batch)
+        if self.on_message is not None:
+            self.on_message(self, batch)
+
+    # user API -----------------------------------------------------------------------------
+    @property
+    def address(self):
+        return self.stack.local
+
+    @property
+    def view(self) -> Optional[View]:
+        return self.stack.view if self.stack is not None else None
+
+    def send(self, payload: Any, dest=None) -> None:
+        self.stack.send(Message(dest, payload))
+
+    @property
+    def writable(self) -> bool:
+        return self.alive and self.stack.writable
+
+    def leave(self) -> None:
+        self.stack.leave()
+
+    def _boot(self) -> None:
+        self.incarnation += 1
+        rng = random.Random(f"{self.sim.seed}:{self.index}:{self.incarnation}")
+        self.stack = self.config.build(self.cluster, self.name, self, rng)
+        self.alive, self.left = True, None
+        self.stack.start()
+        self.stack.connect()
+
+    def __repr__(self) -> str:
+        return f"SimMember({self.name})"
+
+
+class Simulation:
+    def __init__(self, seed: int, options: Optional[SimOptions] = None):
+        self.seed = seed
+        self.options = options or SimOptions()
+        self.rng = random.Random(seed)
+        self.now = 0.0
+        self.queue: list = []
+        self.seq = 0
+        self.members: list[SimMember] = []
+        self.by_phys: dict = {}
+        self.groups: Optional[dict] = None  # member -> partition index
+        self.packets = 0
+        self.dropped = 0
+
+    def add_member(self, cluster: str, name: str, config: Optional[StackConfig] = None,
+                   start: bool = True) -> SimMember:
+        m = SimMember(self, len(self.members), cluster, name, config or StackConfig.local())
+        self.members.append(m)
+        self.by_phys[m.local_phys] = m
+        if start:
+            m._boot()
+        return m
+
+    # clock ------------------------------------------------------------------------------
+    def _schedule(self, delay: float, fn: Callable[[], None]) -> _Timer:
+        t = _Timer()
+        self.seq += 1
+        heapq.heappush(self.queue, (self.now + max(delay, 0.0), self.seq, fn, t))
+        return t
+
+    def step(self) -> bool:
+        """Run the next event. False when nothing is left."""
+        while self.queue:
+            when, _, fn, t = heapq.heappop(self.queue)
+            if t.cancelled:
+                continue
+            self.now = when
+            fn()
+            return True
+        return False
+
+    def run_for(self, seconds: float) -> None:
+        end = self.now + seconds
+        while self.queue and self.queue[0][0] <= end:
+            self.step()
+        self.now = max(self.now, end)
+
+    def run_until(self, pred: Callable[[], bool], timeout_s: float = 30.0,
+                  what: str = "condition") -> None:
+        end = self.now + timeout_s
+        while not pred():
+            if not self.queue or self.queue[0][0] > end:
+                self.now = max(self.now, end)
+                raise SimTimeout(f"{what} not reached within {timeout_s}s of simulated time; "
+                                 f"reproduce with --sim-seed={self.seed}")
+            when = self.queue[0][0]
+            while self.queue and self.queue[0][0] <= when:
+                self.step()
+
+    # network ----------------------------------------------------------------------------
+    def _transmit(self, src: SimMember, dest: Any, data: bytes) -> None:
+        if dest == MCAST:
+            targets = [m for m in self.members if m is not src and m.alive]
+        else:
+            m = self.by_phys.get(tuple(dest))
+            targets = [m] if m is not None and m.alive else []
+        opt, rng = self.options, self.rng
+        for t in targets:
+            self.packets += 1
+            if self.groups is not None and self.groups.get(src) != self.groups.get(t):
+                self.dropped += 1
+                continue
+            if opt.loss and rng.random() < opt.loss:
+                self.dropped += 1
+                continue
+            copies = 2 if opt.duplicate and rng.random() < opt.duplicate else 1
+            for _ in range(copies):
+                delay = rng.uniform(*opt.delay_s)
+                if opt.reorder and rng.random() < opt.reorder:
+                    delay += rng.uniform(0, opt.reorder_delay_s)
+                self._schedule(delay, self._arrival(t, t.incarnation, data, src.local_phys))
+
+    @staticmethod
+    def _arrival(target: SimMember, incarnation: int, data: bytes, src: tuple):
+        def arrive() -> None:
+            if target.alive and target.incarnation == incarnation:
+                target.stack.receive(data, src)
+        return arrive
+
+    # faults -----------------------------------------------------------------------------
+    def partition(self, *groups: Iterable[SimMember]) -> None:
+        """Only members of the same group talk; members in no group are isolated."""
+        self.groups = {}
+        for i, g in enumerate(groups):
+            for m in g:
+                self.groups[m] = i
+        for m in self.members:
+            self.groups.setdefault(m, -1 - m.index)
+
+    def heal(self) -> None:
+        self.groups = None
+
+    def crash(self, m: SimMember) -> None:
+        if m.alive:
+            m.stack.stop()
+        m.alive = False
+
+    def restart(self, m: SimMember) -> None:
+        """A new incarnation: fresh UUID, same name and physical address."""
+        self.crash(m)
+        m._boot()
+
+    def live(self) -> list[SimMember]:
+        return [m for m in self.members if m.alive]

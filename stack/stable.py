@@ -1,0 +1,126 @@
+"""STABLE: agree on what every member has delivered, then let NAKACK purge (seed 003).
+
+Each member multicasts its delivered digest every ``desired_avg_gossip_s`` (or after
+``max_bytes`` delivered). Receivers merge digests by minimum and strike the sender off a
+heard-from list; a digest for another membership resets the round (no unilateral action).
+When everyone has been heard from, one member (after a random stagger, cancelled by the
+first STABILITY it hears) multicasts the agreed digest as STABILITY, and every member
+passes it down to NAKACK.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from .events import GetDigest, RunStable, Stability, ViewInstalled
+from .layer import Layer
+from .message import CONTROL, Message
+
+GOSSIP, STABILITY = 0, 1
+
+
+@dataclass
+class StableConfig:
+    desired_avg_gossip_s: float = 0.2
+    """How often each member gossips its digest. Shorter frees send windows sooner and
+    lets leavers drain faster, for a little more control traffic."""
+    max_bytes: int = 2_000_000
+    """Gossip early once this many payload bytes were delivered since the last gossip."""
+    stability_delay_s: float = 0.005
+    """Upper bound of the random stagger before sending STABILITY."""
+
+
+class Stable(Layer):
+    name = "stable"
+    header_id = 4
+
+    def __init__(self, config: StableConfig):
+        super().__init__(config)
+        self.members: tuple = ()
+        self.vid: Optional[list] = None
+        self.digest: Optional[list] = None
+        self.heard: set = set()
+        self.pending = None
+        self.bytes = 0
+
+    def start(self) -> None:
+        self.ctx.every(self.config.desired_avg_gossip_s, self._gossip)
+
+    def _gossip(self) -> None:
+        if self.vid is None or self.ctx.local not in self.members:
+            return
+        self.bytes = 0
+        d = self.below.down_event(GetDigest())
+        seqnos = [d.get(m, 0) for m in self.members]
+        self.stats["gossips_sent"] += 1
+        self.below.down(Message(None, b"", CONTROL, {4: [GOSSIP, self.vid, seqnos]}))
+
+    def up(self, batch: list) -> None:
+        out = []
+        for m in batch:
+            h = m.headers.get(4)
+            if h is None:
+                out.append(m)
+                if type(m.payload) is bytes:
+                    self.bytes += len(m.payload)
+                continue
+            try:
+                typ, vid, seqnos = h
+                if vid != self.vid or type(seqnos) is not list or len(seqnos) != len(self.members):
+                    self.stats["other_membership"] += 1
+                    self._reset()
+                elif typ == GOSSIP:
+                    self._on_gossip(m.sender, seqnos)
+                elif typ == STABILITY:
+                    self._on_stability(seqnos)
+                else:
+                    self.malformed()
+            except (TypeError, ValueError):
+                self.malformed()
+        if self.bytes >= self.config.max_bytes:
+            self._gossip()
+        if out:
+            self.above.up(out)
+
+    def _on_gossip(self, sender, seqnos: list) -> None:
+        if sender not in self.heard:
+            return
+        if any(type(s) is not int for s in seqnos):
+            raise TypeError
+        self.digest = seqnos if self.digest is None else list(map(min, self.digest, seqnos))
+        self.heard.discard(sender)
+        if not self.heard and self.pending is None:
+            delay = self.ctx.rng.uniform(0, self.config.stability_delay_s)
+            self.pending = self.ctx.schedule(delay, self._send_stability)
+
+    def _send_stability(self) -> None:
+        self.pending = None
+        if self.digest is not None and not self.heard:
+            self.stats["stability_sent"] += 1
+            self.below.down(Message(None, b"", CONTROL, {4: [STABILITY, self.vid, self.digest]}))
+
+    def _on_stability(self, seqnos: list) -> None:
+        if any(type(s) is not int for s in seqnos):
+            raise TypeError
+        self.stats["stability_received"] += 1
+        self.below.down_event(Stability(dict(zip(self.members, seqnos))))
+        self._reset()
+
+    def _reset(self) -> None:
+        if self.pending is not None:
+            self.pending.cancel()
+            self.pending = None
+        self.digest = None
+        self.heard = set(self.members)
+
+    def down_event(self, ev: Any) -> Any:
+        t = type(ev)
+        if t is ViewInstalled:
+            v = ev.view
+            self.members = v.members
+            self.vid = [v.view_id.coord.uid, v.view_id.id]
+            self._reset()
+        elif t is RunStable:
+            self._gossip()
+            return None
+        return self.below.down_event(ev)

@@ -1,0 +1,105 @@
+"""A Stack: protocol layers composed bottom-first between a transport and the application.
+
+The host (``runtime.Runtime`` over real sockets, or ``sim.Simulation``) feeds it packets with
+``receive`` and timers through the context; the stack hands packets back with
+``host.emit`` and deliveries with ``host.deliver``/``host.deliver_messages``.
+"""
+from __future__ import annotations
+
+import logging
+import random
+from typing import Any, Optional
+
+from .address import Address
+from .events import Connect, Leave, Writable
+from .layer import Bottom, Context, Host, Layer, Top
+from .message import Message
+from .view import ViewChange
+
+log = logging.getLogger("raygroups.stack")
+
+
+class Stack:
+    def __init__(self, cluster: str, name: str, layers: list[Layer], host: Host,
+                 rng: random.Random, uid: Optional[bytes] = None):
+        self.local = Address(uid, name) if uid is not None else Address.random(name, rng)
+        self.cluster = cluster
+        self.layers = layers
+        self.transport = layers[0]
+        self.ctx = Context(host, self.local, cluster, rng, self._log)
+        self.bottom, self.top = Bottom(), Top()
+        chain = [self.bottom, *layers, self.top]
+        for lower, upper in zip(chain, chain[1:]):
+            lower.above, upper.below = upper, lower
+        for layer in chain:
+            layer.init(self.ctx)
+        self.top.note = self.note
+        self.blocked: set[str] = set()
+        self.view = None
+        self.errors = 0
+
+    def _log(self, text: str) -> None:
+        view = self.view.view_id.id if self.view else 0
+        log.info("[%s %s view=%s] %s", self.cluster, self.local, view, text)
+
+    def layer(self, name: str) -> Layer:
+        for layer in self.layers:
+            if layer.name == name:
+                return layer
+        raise KeyError(name)
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def start(self) -> None:
+        for layer in self.layers:
+            layer.start()
+
+    def connect(self) -> None:
+        self.top.below.down_event(Connect())
+
+    def leave(self) -> None:
+        self.top.below.down_event(Leave())
+
+    def stop(self) -> None:
+        """Stop all timers and layers at once (a crash, or the end of a graceful leave)."""
+        if self.ctx.running:
+            self.ctx.running = False
+            for layer in reversed(self.layers):
+                layer.stop()
+
+    @property
+    def running(self) -> bool:
+        return self.ctx.running
+
+    # -- traffic ------------------------------------------------------------------------
+    def send(self, msg: Message) -> None:
+        self.top.below.down(msg)
+
+    def receive(self, data: bytes, src: Any = None) -> None:
+        """One packet from the network. Never raises: a layer bug is logged and counted."""
+        if not self.ctx.running:
+            return
+        try:
+            self.transport.receive(data, src)
+        except Exception:
+            self.errors += 1
+            log.exception("[%s %s] error processing a packet (dropped)", self.cluster, self.local)
+
+    @property
+    def writable(self) -> bool:
+        return not self.blocked
+
+    def note(self, ev: Any) -> None:
+        """Track what the stack tells the application (views, back-pressure)."""
+        t = type(ev)
+        if t is ViewChange:
+            self.view = ev.view
+        elif t is Writable:
+            if ev.writable:
+                self.blocked.discard(ev.layer)
+            else:
+                self.blocked.add(ev.layer)
+
+    def stats(self) -> dict:
+        out = {layer.name: dict(layer.stats) for layer in self.layers}
+        out["stack"] = {"errors": self.errors}
+        return out

@@ -1,0 +1,162 @@
+"""Transport layer: the bottom of the stack.
+
+Packs each message once, bundles messages per destination for one loop turn, fans a
+multicast out (IP multicast, or one copy per view member where multicast is unavailable),
+loops messages for the local member straight back up, and on the way up decodes and
+validates bundles, dropping and counting anything malformed, foreign or not for us.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from . import wire
+from .errors import MessageTooLarge
+from .events import AddPhysical, EmitTo, GetPhysical, ViewInstalled
+from .layer import MCAST, Layer
+from .message import NO_LOOPBACK, Message
+
+
+@dataclass
+class TransportConfig:
+    kind: str = "udp"
+    """"udp" (datagrams, IP multicast) or "tcp" (length-prefixed frames, one connection per
+    peer pair; multicast becomes one copy per member)."""
+    bind_addr: str = "127.0.0.1"
+    """Interface the member's sockets bind to. Loopback by default."""
+    port: int = 0
+    """Unicast (UDP) or listen (TCP) port; 0 picks a free one."""
+    ip_multicast: bool = True
+    """UDP only: send multicasts to the group address once. False: one unicast per member
+    (for networks without multicast). TCP always fans out."""
+    mcast_addr: str = "228.8.8.8"
+    """IP multicast group for data (UDP) and discovery pings (both transports)."""
+    mcast_port: int = 45588
+    """Port of the multicast group. Clusters may share it: packets carry the cluster name."""
+    mcast_ttl: int = 1
+    """Multicast TTL: 0 stays on the host, 1 on the LAN segment."""
+    max_bundle_size: int = 60_000
+    """Bytes per datagram/frame. Larger bundles amortise per-packet costs; a single message
+    must fit (without the frag layer)."""
+    recv_buffer: int = 4 * 1024 * 1024
+    """SO_RCVBUF in bytes (capped by net.core.rmem_max). Bigger absorbs bursts."""
+    send_buffer: int = 4 * 1024 * 1024
+    """SO_SNDBUF in bytes."""
+    tcp_max_queued: int = 32 * 1024 * 1024
+    """TCP: bytes queued on one connection before further frames are dropped and counted
+    (reliability layers retransmit them), bounding memory behind a slow peer."""
+
+
+class Transport(Layer):
+    name = "transport"
+
+    def __init__(self, config: TransportConfig):
+        super().__init__(config)
+        self.phys: dict = {}
+        self.members: tuple = ()
+        self.loopback: list[Message] = []
+        self.flush_scheduled = False
+        self.fan_out = config.kind == "tcp" or not config.ip_multicast
+
+    def init(self, ctx) -> None:
+        super().init(ctx)
+        self.bundler = wire.Bundler(ctx.cluster, ctx.local.uid, self.config.max_bundle_size)
+
+    # -- down ---------------------------------------------------------------------------
+    def down(self, msg: Message) -> None:
+        local = self.ctx.local
+        msg.sender = local
+        dest = msg.dest
+        packed = wire.encode_message(None if dest is None else dest.uid, msg.flags, msg.headers,
+                                     msg.payload)
+        if len(packed) > self.bundler.max_message:
+            raise MessageTooLarge(f"{len(packed)} bytes packed; a bundle holds "
+                                  f"{self.bundler.max_message}")
+        st = self.stats
+        st["sent_msgs"] += 1
+        if dest is None:
+            if self.fan_out:
+                add, phys = self.bundler.add, self.phys
+                for m in self.members:
+                    if m is not local and m in phys:
+                        add(phys[m], packed)
+            else:
+                self.bundler.add(MCAST, packed)
+            if not msg.flags & NO_LOOPBACK:
+                self.loopback.append(msg)
+        elif dest == local:
+            self.loopback.append(msg)
+        else:
+            p = self.phys.get(dest)
+            if p is None:
+                st["no_route"] += 1
+                return
+            self.bundler.add(p, packed)
+        self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        if not self.flush_scheduled:
+            self.flush_scheduled = True
+            self.ctx.schedule(0, self.flush)
+
+    def flush(self) -> None:
+        self.flush_scheduled = False
+        emit, st = self.ctx.host.emit, self.stats
+        for dest, data in self.bundler.drain():
+            st["sent_packets"] += 1
+            st["sent_bytes"] += len(data)
+            emit(dest, data)
+        if self.loopback:
+            batch, self.loopback = self.loopback, []
+            self.above.up(batch)
+
+    # -- up -----------------------------------------------------------------------------
+    def receive(self, data: bytes, src: Any = None) -> None:
+        """Entry point for the runtime: one datagram or frame."""
+        st = self.stats
+        try:
+            sender_uid, msgs = wire.decode(data, self.ctx.cluster)
+        except wire.DecodeError as e:
+            st["dropped_" + e.reason] += 1
+            return
+        local = self.ctx.local
+        if sender_uid == local.uid:
+            return  # our own multicast, echoed by the kernel; loopback delivered it already
+        st["recv_packets"] += 1
+        st["recv_bytes"] += len(data)
+        sender = self.ctx.book.get(sender_uid)
+        if src is not None and sender not in self.phys:
+            self.phys[sender] = src
+        batch = []
+        lu = local.uid
+        for d, flags, headers, payload in msgs:
+            if d is not None and d != lu:
+                st["dropped_not_for_me"] += 1
+                continue
+            batch.append(Message(None if d is None else local, payload, flags, headers, sender))
+        st["recv_msgs"] += len(batch)
+        if batch:
+            self.above.up(batch)
+
+    # -- events -------------------------------------------------------------------------
+    def down_event(self, ev: Any) -> Any:
+        t = type(ev)
+        if t is EmitTo:
+            m = ev.msg
+            m.sender = self.ctx.local
+            self.bundler.add(ev.phys, wire.encode_message(None if m.dest is None else m.dest.uid,
+                                                          m.flags, m.headers, m.payload))
+            self._schedule_flush()
+            return None
+        if t is AddPhysical:
+            if ev.addr != self.ctx.local and ev.phys is not None:
+                self.phys[ev.addr] = tuple(ev.phys)
+            return None
+        if t is GetPhysical:
+            return self.ctx.host.local_phys if ev.addr is None else self.phys.get(ev.addr)
+        if t is ViewInstalled:
+            self.members = ev.view.members
+            keep = set(ev.view.members)
+            if len(self.phys) > 4 * len(keep) + 64:  # bound the cache of departed members
+                self.phys = {a: p for a, p in self.phys.items() if a in keep}
+        return None

@@ -1,0 +1,31 @@
+"""Shared test options: simulator seeds.
+
+Every simulated test takes a ``sim_seed`` parameter: ``--sim-seeds=N`` runs N seeds (a
+long campaign), ``--sim-seed=S`` replays one seed, ``--sim-seed-base=B`` shifts the range.
+Each failing run prints ``reproduce with --sim-seed=S``.
+"""
+import pytest
+
+
+def pytest_addoption(parser):
+    parser.addoption("--sim-seed", type=int, default=None, help="replay one simulator seed")
+    parser.addoption("--sim-seeds", type=int, default=None,
+                     help="simulator seeds per campaign test (default: the test's own)")
+    parser.addoption("--sim-seed-base", type=int, default=0, help="first seed of a campaign")
+
+
+def pytest_generate_tests(metafunc):
+    if "sim_seed" in metafunc.fixturenames:
+        opt = metafunc.config.getoption
+        if opt("sim_seed") is not None:
+            seeds = [opt("sim_seed")]
+        else:
+            marker = metafunc.definition.get_closest_marker("seeds")
+            count = opt("sim_seeds") or (marker.args[0] if marker else 20)
+            seeds = range(opt("sim_seed_base"), opt("sim_seed_base") + count)
+        metafunc.parametrize("sim_seed", list(seeds), ids=lambda s: f"seed{s}")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "seeds(n): default number of simulator seeds")
+    config.addinivalue_line("markers", "root: needs root (network namespaces, nftables)")
