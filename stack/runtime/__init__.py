@@ -1,0 +1,4 @@
+"""asyncio runtime: the only I/O in the stack."""
+from .host import Runtime
+
+__all__ = ["Runtime"]

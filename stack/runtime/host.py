@@ -1,0 +1,144 @@
+"""``Runtime``: the ``Host`` of a stack on the running asyncio loop, over real sockets."""
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any, Callable, Optional
+
+from ..layer import MCAST
+from ..transport import TransportConfig
+from . import tcp, udp
+
+PORT_ATTEMPTS = 16
+
+
+def _ignore(_item: Any) -> None:
+    pass
+
+
+class Runtime:
+    """Sockets, timers and deliveries for one stack.
+
+    ``await start()`` opens the sockets and sets ``local_phys``; build the stack with
+    ``host=runtime`` then ``attach`` it (packets arriving before are dropped and counted).
+    ``await close()`` closes the sockets; the stack stops its own timers.
+    ``pause_reading``/``resume_reading`` stop and restart reading every socket.
+
+    With TCP and ``use_mcast`` the UDP socket takes the TCP listen port number, so the
+    source of a multicast discovery ping is the sender's listen address.
+    """
+
+    def __init__(self, config: TransportConfig, use_mcast: bool):
+        self.config = config
+        self.use_mcast = use_mcast
+        self.stats: Counter = Counter()
+        self.local_phys: Optional[tuple] = None
+        self.loop: Optional[asyncio.AbstractEventLoop] = None
+        self.udp: Optional[udp.Udp] = None
+        self.tcp: Optional[tcp.Tcp] = None
+        self.on_event: Callable[[Any], None] = _ignore
+        self.on_messages: Callable[[list], None] = _ignore
+        self.mcast_dest = (config.mcast_addr, config.mcast_port)
+
+    async def start(self) -> None:
+        self.loop = loop = asyncio.get_running_loop()
+        cfg = self.config
+        if cfg.kind == "tcp":
+            lsock, usock = self._bind_tcp()
+        elif cfg.kind == "udp":
+            lsock, usock = None, self._unicast(cfg.port)
+        else:
+            raise ValueError(f"unknown transport kind {cfg.kind!r}")
+        port = (lsock or usock).getsockname()[1]
+        self.local_phys = (cfg.bind_addr, port)
+        if usock is not None:
+            msock = None
+            if self.use_mcast:
+                try:
+                    msock = udp.mcast_socket(cfg.mcast_addr, cfg.mcast_port, cfg.bind_addr,
+                                             cfg.recv_buffer)
+                except OSError:
+                    usock.close()
+                    if lsock is not None:
+                        lsock.close()
+                    raise
+            self.udp = udp.Udp(loop, usock, msock, self.stats, self._unattached)
+        if lsock is not None:
+            self.tcp = tcp.Tcp(loop, lsock, self.local_phys, cfg.tcp_max_queued, self.stats,
+                               self._unattached)
+            await self.tcp.start()
+
+    def _unicast(self, port: int):
+        cfg = self.config
+        return udp.unicast_socket(cfg.bind_addr, port, cfg.recv_buffer, cfg.send_buffer,
+                                  cfg.mcast_ttl)
+
+    def _bind_tcp(self) -> tuple:
+        """The listen socket, plus a UDP socket on the same port number if multicast is used."""
+        cfg = self.config
+        for _ in range(PORT_ATTEMPTS):
+            lsock = tcp.listen_socket(cfg.bind_addr, cfg.port)
+            if not self.use_mcast:
+                return lsock, None
+            try:
+                return lsock, self._unicast(lsock.getsockname()[1])
+            except OSError:
+                lsock.close()
+                if cfg.port:
+                    raise
+        raise OSError(f"no port free for both TCP and UDP on {cfg.bind_addr}")
+
+    def attach(self, stack: Any, on_event: Callable[[Any], None],
+               on_messages: Callable[[list], None]) -> None:
+        self.on_event, self.on_messages = on_event, on_messages
+        for part in (self.udp, self.tcp):
+            if part is not None:
+                part.receive = stack.receive
+
+    def _unattached(self, data: bytes, src: Any) -> None:
+        self.stats["dropped_unattached"] += 1
+
+    def pause_reading(self) -> None:
+        """Stop reading sockets (the application is behind); packets wait in the kernel."""
+        for part in (self.udp, self.tcp):
+            if part is not None:
+                part.pause_reading()
+
+    def resume_reading(self) -> None:
+        for part in (self.udp, self.tcp):
+            if part is not None:
+                part.resume_reading()
+
+    async def close(self) -> None:
+        """Close sockets and connections (written TCP data is still flushed)."""
+        for part in (self.udp, self.tcp):
+            if part is not None:
+                part.close()
+        await asyncio.sleep(0)  # let the transports run connection_lost
+
+    # -- Host ---------------------------------------------------------------------------
+    def now(self) -> float:
+        return self.loop.time()
+
+    def call_later(self, delay: float, fn: Callable[[], None]):
+        if delay <= 0:
+            return self.loop.call_soon(fn)
+        return self.loop.call_later(delay, fn)
+
+    def emit(self, dest: Any, data: bytes) -> None:
+        """Send one bundle; never raises (failures are counted, reliability retransmits)."""
+        if dest == MCAST:
+            if self.udp is None:
+                self.stats["no_mcast_socket"] += 1
+            else:
+                self.udp.send(self.mcast_dest, data)
+        elif self.tcp is not None:
+            self.tcp.send(dest, data)
+        else:
+            self.udp.send(dest, data)
+
+    def deliver(self, item: Any) -> None:
+        self.on_event(item)
+
+    def deliver_messages(self, batch: list) -> None:
+        self.on_messages(batch)

@@ -1,0 +1,110 @@
+"""Real sockets on loopback: 5 channels in one process, over UDP (IP multicast and unicast
+fan-out) and TCP. Three senders multicast 2,000 messages each; every receiver gets every
+message exactly once, in per-sender order. The same suite runs on every transport."""
+import asyncio
+import itertools
+
+import pytest
+
+from raygroups.stack import Channel, GroupClosed, StackConfig, ViewChange
+
+from ..netutil import free_port, free_ports
+
+_ids = itertools.count()
+
+
+def configs():
+    """(id, factory(i) -> StackConfig) per transport variant."""
+    return {
+        "udp-multicast": lambda mp, ports: StackConfig.local(mcast_port=mp),
+        "udp-unicast-static": lambda mp, ports: StackConfig.local(
+            transport__ip_multicast=False, initial_hosts=[("127.0.0.1", p) for p in ports]),
+        "tcp-multicast-discovery": lambda mp, ports: StackConfig.local("tcp", mcast_port=mp),
+        "tcp-static": lambda mp, ports: StackConfig.local(
+            "tcp", initial_hosts=[("127.0.0.1", p) for p in ports]),
+    }
+
+
+async def start_group(variant: str, n: int):
+    mp, ports = free_port(), free_ports(n)
+    make = configs()[variant]
+    cluster = f"test-{variant}-{next(_ids)}-{mp}"
+    chans = []
+    for i in range(n):
+        cfg = make(mp, ports).with_options(port=ports[i])
+        ch = Channel(cluster, name=f"m{i}", config=cfg)
+        await ch.connect(timeout=20)
+        chans.append(ch)
+    deadline = asyncio.get_running_loop().time() + 20
+    while not all(c.view is not None and len(c.view) == n for c in chans):
+        assert asyncio.get_running_loop().time() < deadline, [c.view for c in chans]
+        await asyncio.sleep(0.01)
+    return chans
+
+
+@pytest.mark.parametrize("variant", list(configs()))
+def test_three_senders_reach_five_members(variant):
+    async def main():
+        chans = await start_group(variant, 5)
+        views = {c.view.view_id for c in chans}
+        assert len(views) == 1, views
+        assert [a.name for a in chans[0].view.members] == [f"m{i}" for i in range(5)]
+        senders, per_sender = chans[:3], 2000
+
+        async def send(ch):
+            await ch.send_many(f"{ch.name}:{k}".encode() for k in range(per_sender))
+
+        async def collect(ch):
+            got = {s.name: [] for s in senders}
+            total = len(senders) * per_sender
+            n = 0
+            while n < total:
+                msg = await ch.receive(timeout=30)
+                name, k = msg.payload.decode().split(":")
+                got[name].append(int(k))
+                n += 1
+            return got
+
+        receivers = [asyncio.create_task(collect(c)) for c in chans]
+        await asyncio.gather(*(send(s) for s in senders))
+        results = await asyncio.gather(*receivers)
+        for got in results:
+            for name, ks in got.items():
+                assert ks == list(range(per_sender)), (name, ks[:10], len(ks))
+        for c in chans:
+            assert c.stack.errors == 0
+        await asyncio.gather(*(c.close() for c in chans))
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("variant", ["udp-multicast", "tcp-static"])
+def test_unicast_and_graceful_leave(variant):
+    async def main():
+        a, b, c = await start_group(variant, 3)
+        for k in range(500):
+            await a.send(f"u{k}".encode(), dest=b.address)
+        got = [(await b.receive(timeout=10)).payload for _ in range(500)]
+        assert got == [f"u{k}".encode() for k in range(500)]
+        # unicast is not seen by the third member
+        await a.send(b"to-all")
+        assert (await c.receive(timeout=10)).payload == b"to-all"
+        # graceful leave of the coordinator: the others install a view without it
+        old = a.view
+        await a.close()
+        for ch in (b, c):
+            while ch.view.view_id == old.view_id or a.address in ch.view:
+                await asyncio.sleep(0.01)
+            assert [m.name for m in ch.view.members] == ["m1", "m2"]
+        with pytest.raises(GroupClosed):
+            await a.send(b"after close")
+        events = []
+        await b.send(b"last")
+        async for ev in c.events():
+            events.append(ev)
+            if not isinstance(ev, ViewChange) and ev.payload == b"last":
+                break
+        assert any(isinstance(e, ViewChange) and a.address in e.left for e in events)
+        await asyncio.gather(b.close(), c.close())
+
+    asyncio.run(main())
