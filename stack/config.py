@@ -9,13 +9,19 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .discovery.ping import DiscoveryConfig, Ping
+from .faults import FaultConfig, Faults
 from .gms import Gms, GmsConfig
+from .gossip import GossipConfig, GossipMembership
 from .layer import Host
+from .merge import MergeConfig, MergeDetector
 from .nakack import NakAck, NakAckConfig
 from .stable import Stable, StableConfig
 from .stack import Stack
+from .swim import Swim, SwimConfig
 from .transport import Transport, TransportConfig
 from .unicast import Unicast, UnicastConfig
+
+MEMBERSHIP_MODES = ("views", "gossip")
 
 
 @dataclass
@@ -26,6 +32,16 @@ class StackConfig:
     unicast: UnicastConfig = field(default_factory=UnicastConfig)
     stable: StableConfig = field(default_factory=StableConfig)
     gms: GmsConfig = field(default_factory=GmsConfig)
+    swim: SwimConfig = field(default_factory=SwimConfig)
+    merge: MergeConfig = field(default_factory=MergeConfig)
+    gossip: GossipConfig = field(default_factory=GossipConfig)
+    faults: Optional[FaultConfig] = None
+    """Fault injection (drop, delay, duplicate, reorder) right above the transport, for
+    tests and chaos drills on real sockets; None (default) leaves the layer out."""
+    membership: str = "views"
+    """"views": agreed views through GMS (default, like JGroups); "gossip": each member's own
+    eventually consistent list from SWIM alone (like Serf, for very large groups; multicast is
+    then best effort)."""
 
     # -- presets --------------------------------------------------------------------------
     @classmethod
@@ -69,13 +85,22 @@ class StackConfig:
                      "bind_addr": "transport__bind_addr", "mcast_port": "transport__mcast_port",
                      "mcast_addr": "transport__mcast_addr"}
         cfg = dataclasses.replace(self, **{f.name: dataclasses.replace(getattr(self, f.name))
-                                            for f in dataclasses.fields(self)})
+                                            for f in dataclasses.fields(self)
+                                            if dataclasses.is_dataclass(getattr(self, f.name))})
         for key, value in options.items():
             key = shortcuts.get(key, key)
+            if key == "membership":
+                if value not in MEMBERSHIP_MODES:
+                    raise ValueError(f"membership is one of {MEMBERSHIP_MODES}, not {value!r}")
+                cfg.membership = value
+                cfg.swim.mode = value
+                continue
             if key == "discovery__initial_hosts":
                 cfg.discovery.mode = "static"
                 value = tuple((str(h), int(p)) for h, p in value)
             layer, sep, name = key.partition("__")
+            if layer == "faults" and cfg.faults is None:
+                cfg.faults = FaultConfig()
             sub = getattr(cfg, layer, None) if sep else None
             if sub is None or not hasattr(sub, name):
                 raise TypeError(f"unknown stack option {key!r}")
@@ -90,6 +115,14 @@ class StackConfig:
     def build(self, cluster: str, name: str, host: Host, rng: random.Random,
               uid: Optional[bytes] = None) -> Stack:
         """Compose the layers bottom-first into a Stack."""
-        layers = [Transport(self.transport), Ping(self.discovery), NakAck(self.nakack),
-                  Unicast(self.unicast), Stable(self.stable), Gms(self.gms)]
-        return Stack(cluster, name, layers, host, rng, uid)
+        bottom = [Transport(self.transport)]
+        if self.faults is not None:
+            bottom.append(Faults(self.faults))
+        if self.membership == "gossip":
+            layers = [Ping(self.discovery), Swim(self.swim), Unicast(self.unicast),
+                      GossipMembership(self.gossip)]
+        else:
+            layers = [Ping(self.discovery), MergeDetector(self.merge), Swim(self.swim),
+                      NakAck(self.nakack), Unicast(self.unicast), Stable(self.stable),
+                      Gms(self.gms)]
+        return Stack(cluster, name, bottom + layers, host, rng, uid)

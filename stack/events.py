@@ -33,6 +33,21 @@ class SetDigest:
 
 
 @dataclass
+class Catchup:
+    """Before installing a view that removes crashed members: deliver each member's
+    messages up to ``targets[addr] = (seqno, holder)``, fetching from ``holder``; then
+    NAKACK calls ``callback()``."""
+    targets: dict
+    callback: Callable[[], None]
+
+
+@dataclass
+class MergeDigest:
+    """Windows for the members of other subgroups, before a MergeView is installed."""
+    digest: dict
+
+
+@dataclass
 class Stability:
     """STABLE agreed: every member has delivered these seqnos; purge below them."""
     digest: dict
@@ -106,3 +121,49 @@ class Leave:
 @dataclass
 class Connect:
     """The application asked to join (or found) the group."""
+
+
+@dataclass
+class Suspect:
+    """SWIM suspects ``addr`` (sent up; informational for GMS)."""
+    addr: Address
+
+
+@dataclass
+class Unsuspect:
+    """A suspicion of ``addr`` was refuted (sent up)."""
+    addr: Address
+
+
+@dataclass
+class MemberDead:
+    """SWIM's verdict: ``addr`` is dead (suspicion timed out or confirmed). Sent up; GMS
+    excludes it. Sent down by the application layer to feed an external signal (Ray)."""
+    addr: Address
+    reason: str = "swim"
+
+
+@dataclass
+class MembersChanged:
+    """Gossip mode: SWIM's own member list changed (sent up, in address order)."""
+    members: tuple
+
+
+@dataclass
+class Subscribe:
+    """Gossip mode: join through ``contact`` (sent down to SWIM), or leave (``contact`` None)."""
+    contact: Optional[Address]
+
+
+@dataclass
+class DiscoveryTargets:
+    """Discovery answers where announcements go: [MCAST] or the static hosts."""
+
+
+@dataclass
+class MergeInfo:
+    """An INFO heard from ``sender``: its view id is (coord, counter)."""
+    sender: Address
+    coord: Address
+    counter: int
+    is_coord: bool

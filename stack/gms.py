@@ -1,13 +1,21 @@
 """GMS: group membership with agreed views (seed 003).
 
-The oldest member (``members[0]``) is coordinator. Joiners discover it and send JOIN_REQ;
-leavers drain their multicasts (wait until STABLE reports them delivered everywhere) and
-send LEAVE_REQ. The coordinator keeps a pending membership, so requests that arrive while a
-view is in flight build on it and none is lost; it bundles requests for
-``view_bundling_s``, multicasts the VIEW reliably (NAKACK, so views install in FIFO order
-with its other messages), and waits for VIEW_ACKs before the next change. A joiner gets
-JOIN_RSP with the view and a digest taken right after the VIEW was sent, whose coordinator
-entry is the VIEW's own seqno: exact, no +1 kludge.
+The oldest member not declared dead (``members[0]`` normally) is coordinator. Joiners
+discover it and send JOIN_REQ; leavers drain their multicasts (wait until STABLE reports
+them delivered everywhere) and send LEAVE_REQ; SWIM's verdicts (MemberDead) mark members to
+exclude. The coordinator keeps a pending membership, so requests that arrive while a view is
+in flight build on it and none is lost; it bundles requests for ``view_bundling_s``,
+multicasts the VIEW reliably (NAKACK: views install in FIFO order with its other messages)
+and waits for VIEW_ACKs before the next change. A joiner gets JOIN_RSP with the view and a
+digest taken right after the VIEW was sent, whose coordinator entry is the VIEW's own seqno:
+exact, no +1 kludge.
+
+When members crashed (or the coordinator did, and the next member takes over), the
+coordinator first collects every survivor's view and digest: the new view builds on the
+latest view any survivor installed (finishing a change in flight), and carries, per crashed
+member, the highest seqno any survivor delivered and who holds it. Every member catches up
+to that cut before installing, so nothing a survivor delivered is lost to the others.
+A member excluded while alive forms a singleton view; MERGE brings it back.
 """
 from __future__ import annotations
 
@@ -16,13 +24,17 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from .address import Address
-from .events import (AddPhysical, Connect, FindMembers, GetDigest, GetPhysical, Leave,
-                     MembershipStatus, OwnUnstable, RunStable, SetDigest, ViewInstalled)
-from .layer import Layer
+from .events import (AddPhysical, Catchup, Connect, FindMembers, GetDigest, GetPhysical, Leave,
+                     MemberDead, MembershipStatus, MergeDigest, MergeInfo, OwnUnstable,
+                     RunStable, SetDigest, Unsuspect, ViewInstalled)
+from .gms_merge import Merger
+from .layer import Layer, MALFORMED
 from .message import CONTROL, INTERNAL, Message
-from .view import Left, View, ViewChange, ViewId, view_from_wire, view_to_wire
+from .view import Left, MergeView, View, ViewChange, ViewId, view_from_wire, view_to_wire
 
-JOIN_REQ, JOIN_RSP, LEAVE_REQ, VIEW, VIEW_ACK = range(5)
+from .gms_merge import INSTALL_MERGE, MERGE_REQ, MERGE_RSP  # noqa: E402  (types 8-10)
+
+JOIN_REQ, JOIN_RSP, LEAVE_REQ, VIEW, VIEW_ACK, DIGEST_REQ, DIGEST_RSP, NOT_MEMBER = range(8)
 
 
 class State(enum.Enum):
@@ -43,13 +55,18 @@ class GmsConfig:
     retry_jitter_s: float = 0.1
     """When others are joining too, retry discovery after up to this long."""
     view_bundling_s: float = 0.01
-    """Gather join/leave requests this long into one view change."""
+    """Gather join/leave/exclusion requests this long into one view change."""
     view_ack_timeout_s: float = 2.0
-    """Wait at most this long for every member to acknowledge a view before the next."""
+    """Wait at most this long for VIEW_ACKs (and for survivors' digests, and for a
+    catch-up) before going on."""
     leave_drain_s: float = 2.0
     """A leaver waits at most this long for its multicasts to become stable."""
     leave_timeout_s: float = 5.0
     """A leaver gives up waiting for the view that excludes it after this long."""
+    merge_check_s: float = 1.0
+    """How often a coordinator acts on the other views it heard of (MERGE3 check)."""
+    merge_timeout_s: float = 3.0
+    """A merge whose leader went silent is cancelled after this long."""
 
 
 class Gms(Layer):
@@ -62,21 +79,42 @@ class Gms(Layer):
         self.view: Optional[View] = None
         self.empty_rounds = 0
         self.join_timer = None
+        self.suspects: set = set()
         # coordinator side
         self.tmp: list[Address] = []          # pending membership (seed 003)
         self.joins: dict[Address, Any] = {}   # joiner -> physical address
         self.leaves: list[Address] = []
         self.scheduled = False
         self.acks: Optional[set] = None
+        self.ack_view = 0
         self.ack_timer = None
         self.join_rsps: dict[Address, list] = {}
-        self.ack_view = 0
+        self.recon: Optional[dict] = None     # survivors' digests being collected
+        self.recon_id = 0
+        # member side
+        self.deferred: list = []              # views waiting behind a catch-up
+        self.catching_up = False
         self.drain_deadline = 0.0
         self.drained = False
+        self.highest_counter = 0              # no view id is ever created twice
+        self.merger = Merger(self)
+
+    def start(self) -> None:
+        self.ctx.every(self.config.merge_check_s, self.merger.check)
+
+    @property
+    def coordinator(self) -> Optional[Address]:
+        """The first member of the view that is not declared dead."""
+        if self.view is None:
+            return None
+        for m in self.view.members:
+            if m not in self.suspects:
+                return m
+        return None
 
     @property
     def is_coord(self) -> bool:
-        return self.view is not None and self.view.members[0] == self.ctx.local
+        return self.coordinator == self.ctx.local
 
     # -- joining ------------------------------------------------------------------------
     def _connect(self) -> None:
@@ -97,11 +135,10 @@ class Gms(Layer):
         coords = sorted({p.addr if p.is_coord else p.coord for p in found
                          if p.joined and (p.is_coord or p.coord is not None)})
         if coords:
-            coord = coords[0]
             self.stats["join_requests_sent"] += 1
             phys = self.below.down_event(GetPhysical())
-            self.below.down(Message(coord, b"", CONTROL, {5: [JOIN_REQ, local.name,
-                                                               list(phys) if phys else None]}))
+            self.below.down(Message(coords[0], b"", CONTROL,
+                                    {5: [JOIN_REQ, local.name, list(phys) if phys else None]}))
             self.join_timer = self.ctx.schedule(self.config.join_timeout_s, self._join_timeout)
             return
         joining = [p.addr for p in found if not p.joined]
@@ -141,21 +178,63 @@ class Gms(Layer):
         for uid, host, port in entries:
             self.below.down_event(AddPhysical(self.ctx.book.get(uid), (str(host), int(port))))
 
+    def _phys_entries(self, addrs) -> list:
+        out = []
+        for a in addrs:
+            p = self.below.down_event(GetPhysical(None if a == self.ctx.local else a))
+            if p is not None:
+                out.append([a.uid, p[0], p[1]])
+        return out
+
     # -- installing views ---------------------------------------------------------------
-    def _install(self, view: View, digest: Optional[dict] = None) -> None:
+    def _on_view(self, view: View, final: Optional[dict], merged: Optional[dict] = None) -> None:
+        """A VIEW was delivered: install it, after catching up with crashed members."""
+        if self.catching_up:
+            self.deferred.append((view, final, merged))
+            return
+        if final:
+            self.catching_up = True
+            done = {"x": False}
+
+            def caught_up() -> None:
+                if done["x"]:
+                    return
+                done["x"] = True
+                self.catching_up = False
+                self._install(view, merged=merged)
+                while self.deferred and not self.catching_up:
+                    self._on_view(*self.deferred.pop(0))
+
+            def give_up() -> None:
+                if not done["x"]:
+                    self.stats["catchup_incomplete"] += 1
+                    caught_up()
+            self.ctx.schedule(self.config.view_ack_timeout_s, give_up)
+            self.below.down_event(Catchup(final, caught_up))
+        else:
+            self._install(view, merged=merged)
+
+    def _install(self, view: View, digest: Optional[dict] = None,
+                 merged: Optional[dict] = None) -> None:
+        """``digest``: a joiner's starting point; ``merged``: the merged digest of a
+        MergeView (windows for the other subgroups' members)."""
         prev = self.view
         if prev is not None and view.view_id <= prev.view_id:
             return
         local = self.ctx.local
         if digest is not None:
             self.below.down_event(SetDigest(digest))
+        if merged is not None:
+            self.below.down_event(MergeDigest(merged))
         self.view = view
-        if view.view_id.coord != local:
+        self.highest_counter = max(self.highest_counter, view.view_id.id)
+        self.suspects = set() if isinstance(view, MergeView) else self.suspects & set(view.members)
+        if view.view_id.coord != local or self.tmp == [] or isinstance(view, MergeView):
             self.tmp = list(view.members)
-        if local in view:
-            if self.state is State.JOINING:
-                self.state = State.MEMBER
+        if local in view and self.state is State.JOINING:
+            self.state = State.MEMBER
         self.stats["views_installed"] += 1
+        self.merger.installed(view)
         self.below.down_event(ViewInstalled(view, prev))
         self.above.up_event(ViewChange(view, prev))
         if view.view_id.coord != local:
@@ -163,15 +242,43 @@ class Gms(Layer):
         else:
             self._on_ack(local, view.view_id.id)
         if local not in view:
-            if view.view_id.coord != local:  # a leaving creator waits for the acks first
-                self._finish_leave("left" if self.state is State.LEAVING else "excluded")
+            if self.state is not State.LEAVING:
+                self._become_singleton("excluded")
+            elif view.view_id.coord != local:  # a leaving creator waits for the acks first
+                self._finish_leave("left")
         elif self.state is State.LEAVING and self.drained:
             self._request_leave()
-        elif self.is_coord and (self.joins or self.leaves):
+        elif self.is_coord and (self.joins or self.leaves or self.suspects):
             self._schedule_view()
+
+    def _become_singleton(self, why: str) -> None:
+        """Excluded while alive: carry on alone; MERGE will bring us back."""
+        self.stats["excluded"] += 1
+        self.ctx.log(f"{why}: forming a singleton view")
+        local = self.ctx.local
+        self.suspects = set()
+        self.tmp = [local]
+        self.joins, self.leaves, self.recon = {}, [], None
+        if self.ack_timer is not None:
+            self.ack_timer.cancel()
+        self.acks = self.ack_timer = None
+        self.merger.abort()
+        self._install(View(ViewId(local, self.next_counter()), (local,)))
+
+    def next_counter(self) -> int:
+        self.highest_counter += 1
+        return self.highest_counter
 
     def _send(self, dest: Address, hdr: list) -> None:
         self.below.down(Message(dest, b"", INTERNAL, {5: hdr}))
+
+    @staticmethod
+    def _view_msg(hdr: list) -> Message:
+        return Message(None, b"", INTERNAL, {5: hdr})
+
+    def _multicast_merge_view(self, vwire: list, subgroups: list, dwire: list) -> None:
+        """To our subgroup, in FIFO order with our other messages."""
+        self.below.down(self._view_msg([VIEW, vwire, [], None, [subgroups, dwire]]))
 
     # -- coordinator ----------------------------------------------------------------------
     def _on_join_req(self, sender: Address, name: str, phys) -> None:
@@ -197,34 +304,44 @@ class Gms(Layer):
                 self._schedule_view()
 
     def _schedule_view(self) -> None:
-        if not self.scheduled and self.acks is None:
+        if not self.scheduled and self.acks is None and self.recon is None \
+                and not self.merger.busy:
             self.scheduled = True
             self.ctx.schedule(self.config.view_bundling_s, self._change_view)
 
     def _change_view(self) -> None:
         self.scheduled = False
-        if not self.is_coord or self.acks is not None:
+        if not self.is_coord or self.acks is not None or self.recon is not None \
+                or self.merger.busy or self.state is State.LEFT:
             return
         local = self.ctx.local
-        joins = [j for j in self.joins if j not in self.tmp]
+        crashed = [m for m in self.tmp if m in self.suspects]
+        if crashed or self.view.view_id.coord in self.suspects:
+            self._start_reconcile()
+            return
+        self._emit_view(self.tmp, self.view.view_id.id, None)
+
+    def _emit_view(self, base: list, counter: int, final: Optional[dict]) -> None:
+        local = self.ctx.local
+        joins = [j for j in self.joins if j not in base]
         leaves = set(self.leaves)
         self.joins, self.leaves = {}, []
-        members = [m for m in self.tmp if m not in leaves] + joins
-        if members == self.tmp:
+        members = [m for m in base if m not in leaves and m not in self.suspects] + joins
+        if members == list(self.view.members) and not final:
             return
         if not members:  # the last member leaves
             self._finish_leave("left")
             return
-        counter = max(self.view.view_id.id, 0) + 1
-        view = View(ViewId(local, counter), tuple(members))
+        self.highest_counter = max(self.highest_counter, counter)
+        view = View(ViewId(local, self.next_counter()), tuple(members))
         self.tmp = members
-        phys_new = self._phys_entries(joins)
+        fwire = [[a.uid, s, h.uid] for a, (s, h) in final.items()] if final else None
         self.stats["views_sent"] += 1
-        self.below.down(Message(None, b"", INTERNAL, {5: [VIEW, view_to_wire(view), phys_new]}))
+        self.below.down(self._view_msg([VIEW, view_to_wire(view), self._phys_entries(joins), fwire]))
         digest = self.below.down_event(GetDigest(sent=True))
         for gone in leaves:  # a leaver may miss the multicast once stability forgets it
             if gone != local:
-                self._send(gone, [VIEW, view_to_wire(view), []])
+                self._send(gone, [VIEW, view_to_wire(view), [], None])
         if joins:
             dwire = [[a.uid, s] for a, s in digest.items() if a in view]
             phys_all = self._phys_entries(members)
@@ -234,17 +351,10 @@ class Gms(Layer):
                 self._send(j, rsp)
         if len(self.join_rsps) > 4 * len(members) + 64:
             self.join_rsps = {a: r for a, r in self.join_rsps.items() if a in members}
-        self.acks = set(members) | {m for m in self.view.members if m in leaves}
-        self.ack_view = counter
+        old = self.view.members
+        self.acks = set(members) | {m for m in old if m in leaves}
+        self.ack_view = view.view_id.id
         self.ack_timer = self.ctx.schedule(self.config.view_ack_timeout_s, self._ack_timeout)
-
-    def _phys_entries(self, addrs) -> list:
-        out = []
-        for a in addrs:
-            p = self.below.down_event(GetPhysical(None if a == self.ctx.local else a))
-            if p is not None:
-                out.append([a.uid, p[0], p[1]])
-        return out
 
     def _on_ack(self, sender: Address, counter: int) -> None:
         if self.acks is None or counter != self.ack_view:
@@ -265,8 +375,61 @@ class Gms(Layer):
             self.ack_timer = None
         if self.state is State.LEAVING and self.ctx.local not in self.tmp:
             self._finish_leave("left")
-        elif self.joins or self.leaves:
+        elif self.joins or self.leaves or any(m in self.suspects for m in self.tmp):
             self._schedule_view()
+
+    # -- crash reconciliation -------------------------------------------------------------
+    def _start_reconcile(self) -> None:
+        self.recon_id += 1
+        survivors = [m for m in self.view.members if m not in self.suspects]
+        own = self.below.down_event(GetDigest())
+        self.recon = {"id": self.recon_id, "waiting": set(survivors) - {self.ctx.local},
+                      "views": [self.view], "digests": {self.ctx.local: own}}
+        self.stats["reconciliations"] += 1
+        for m in self.recon["waiting"]:
+            self._send(m, [DIGEST_REQ, self.recon_id])
+        rid = self.recon_id
+        self.ctx.schedule(self.config.view_ack_timeout_s, lambda: self._reconcile_timeout(rid))
+        if not self.recon["waiting"]:
+            self._finish_reconcile()
+
+    def _on_digest_rsp(self, sender: Address, rid: int, vwire: list, dwire: list) -> None:
+        r = self.recon
+        if r is None or rid != r["id"] or sender not in r["waiting"]:
+            return
+        book = self.ctx.book
+        r["views"].append(view_from_wire(vwire, book))
+        r["digests"][sender] = {book.get(uid): int(s) for uid, s in dwire}
+        r["waiting"].discard(sender)
+        if not r["waiting"]:
+            self._finish_reconcile()
+
+    def _reconcile_timeout(self, rid: int) -> None:
+        r = self.recon
+        if r is None or r["id"] != rid:
+            return
+        self.ctx.log(f"no digest from {sorted(r['waiting'])}; excluding them too")
+        self.suspects |= r["waiting"]
+        self.recon = None
+        self._schedule_view()
+
+    def _finish_reconcile(self) -> None:
+        r, self.recon = self.recon, None
+        latest = max(r["views"], key=lambda v: v.view_id)
+        counter = max(v.view_id.id for v in r["views"])
+        base = list(latest.members)
+        if self.ctx.local not in base:  # someone excluded us meanwhile; we still lead ours
+            base.insert(0, self.ctx.local)
+        final = {}
+        for x in latest.members:
+            if x in self.suspects:
+                best, holder = 0, None
+                for who, d in r["digests"].items():
+                    if d.get(x, 0) > best:
+                        best, holder = d[x], who
+                if holder is not None:
+                    final[x] = (best, holder)
+        self._emit_view(base, counter, final)
 
     # -- leaving --------------------------------------------------------------------------
     def _leave(self) -> None:
@@ -298,7 +461,7 @@ class Gms(Layer):
         if self.state is not State.LEAVING:
             return
         if not self.is_coord:
-            self._send(self.view.coordinator, [LEAVE_REQ])
+            self._send(self.coordinator, [LEAVE_REQ])
             self.ctx.schedule(self.config.view_ack_timeout_s, self._request_leave)
         elif self.ctx.local not in self.leaves:
             self.leaves.append(self.ctx.local)
@@ -321,18 +484,26 @@ class Gms(Layer):
                 continue
             try:
                 self._handle(m.sender, h)
-            except (TypeError, ValueError, IndexError, KeyError):
+            except MALFORMED:
                 self.malformed()
         if out:
             self.above.up(out)
 
     def _handle(self, sender: Address, h: list) -> None:
         typ = h[0]
+        book = self.ctx.book
         if typ == VIEW:
-            view = view_from_wire(h[1], self.ctx.book)
+            view = view_from_wire(h[1], book)
             self._learn_phys(h[2])
             if self.state is State.MEMBER or self.state is State.LEAVING:
-                self._install(view)
+                final = {book.get(u): (int(s), book.get(w)) for u, s, w in h[3]} if h[3] else None
+                merged = None
+                if len(h) > 4 and h[4] is not None:
+                    subgroups, dwire = h[4]
+                    view = MergeView(view.view_id, view.members,
+                                     subgroups=tuple(view_from_wire(v, book) for v in subgroups))
+                    merged = {book.get(u): int(s) for u, s in dwire}
+                self._on_view(view, final, merged)
         elif typ == VIEW_ACK:
             if sender in (self.acks or ()):
                 self._on_ack(sender, int(h[2]))
@@ -342,8 +513,60 @@ class Gms(Layer):
             self._on_join_rsp(h)
         elif typ == LEAVE_REQ:
             self._on_leave_req(sender)
+        elif typ == DIGEST_REQ:
+            if self.view is not None:
+                d = self.below.down_event(GetDigest())
+                self._send(sender, [DIGEST_RSP, h[1], view_to_wire(self.view),
+                                    [[a.uid, s] for a, s in d.items()]])
+        elif typ == DIGEST_RSP:
+            self._on_digest_rsp(sender, h[1], h[2], h[3])
+        elif typ == NOT_MEMBER:
+            v = self.view
+            theirs = ViewId(book.get(h[1]), int(h[2]))
+            if self.state is State.MEMBER and v is not None and self.ctx.local in v \
+                    and v.view_id < theirs:
+                self._become_singleton("told we are not a member")
+        elif typ in (MERGE_REQ, MERGE_RSP, INSTALL_MERGE):
+            self.merger.handle(sender, typ, h)
         else:
             self.malformed()
+
+    def up_event(self, ev: Any) -> Any:
+        t = type(ev)
+        if t is MemberDead:
+            v = self.view
+            if v is not None and ev.addr in v and ev.addr != self.ctx.local \
+                    and self.state in (State.MEMBER, State.LEAVING):
+                self.suspects.add(ev.addr)
+                self.stats["dead_verdicts"] += 1
+                if self.is_coord:
+                    self._schedule_view()
+                elif self.state is State.LEAVING and self.drained:
+                    self._request_leave()
+        elif t is Unsuspect:
+            if self.recon is None:
+                self.suspects.discard(ev.addr)
+        elif t is MergeInfo:
+            self._on_info(ev)
+            return None
+        return self.above.up_event(ev)
+
+    def _on_info(self, ev: MergeInfo) -> None:
+        v = self.view
+        if self.state is not State.MEMBER or v is None or not self.is_coord:
+            return
+        theirs = ViewId(ev.coord, ev.counter)
+        if theirs == v.view_id:
+            return
+        if ev.sender == self.ctx.local:
+            return
+        if ev.is_coord or ev.sender in v:
+            # another coordinator (a partition), or a member of our view stuck in another
+            # view (overlapping views): only a merge reunites them
+            self.merger.candidate(ev.sender, ev.is_coord)
+        elif ev.coord in v and theirs < v.view_id:
+            # it still thinks it belongs to our view: tell it it was excluded
+            self._send(ev.sender, [NOT_MEMBER, v.view_id.coord.uid, v.view_id.id])
 
     def down_event(self, ev: Any) -> Any:
         t = type(ev)
@@ -352,5 +575,9 @@ class Gms(Layer):
             return None
         if t is Leave:
             self._leave()
+            return None
+        if t is MemberDead:  # an external failure signal (e.g. Ray reported the actor dead)
+            if not self.below.down_event(ev):  # SWIM spreads it and reports the verdict up
+                self.up_event(ev)
             return None
         return self.below.down_event(ev)

@@ -14,6 +14,8 @@ from typing import Any, Callable, ClassVar, Optional, Protocol
 from .address import Address, AddressBook
 
 MCAST = "mcast"  # physical destination meaning "the multicast group"
+# What parsing a header from the wire may raise; layers catch these, count, and drop.
+MALFORMED = (TypeError, ValueError, IndexError, KeyError, OverflowError, AttributeError)
 
 
 class Cancellable(Protocol):
@@ -98,6 +100,23 @@ class Layer:
 
     def malformed(self, what: str = "malformed_header") -> None:
         self.stats[what] += 1
+
+    def up_control(self, batch: list, handle: Callable[[Any, Any], None]) -> None:
+        """For control layers: hand each message carrying this layer's header to
+        ``handle(msg, header)`` (a malformed one is counted and dropped) and pass the others
+        up as one batch."""
+        hid, out = self.header_id, []
+        for m in batch:
+            h = m.headers.get(hid)
+            if h is None:
+                out.append(m)
+                continue
+            try:
+                handle(m, h)
+            except MALFORMED:
+                self.malformed()
+        if out:
+            self.above.up(out)
 
 
 class Bottom(Layer):

@@ -2,7 +2,9 @@
 
 Every multicast gets the sender's next seqno. Receivers deliver each sender's messages in
 seqno order, buffer what arrives early, and ask the sender to retransmit gaps (a NAK) once
-a gap has outlived one ``xmit_interval_s`` tick. The last-message-dropped case is closed by
+a gap has outlived one ``xmit_interval_s`` tick. Delivered messages are kept until stable,
+so any member can retransmit another's messages (needed when the sender crashed: GMS's
+catch-up before a view that removes it). The last-message-dropped case is closed by
 HIGHEST announcements, multicast while the sender has unstable messages, and by STABLE's
 digests. The sender keeps its messages until STABLE reports them delivered everywhere;
 that buffer is the send window: when it is full the stack reports itself not writable.
@@ -13,8 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import RaygroupsError
-from .events import (GetDigest, OwnUnstable, SetDigest, Stability, ViewInstalled, Writable)
-from .layer import Layer
+from .events import (Catchup, GetDigest, MergeDigest, OwnUnstable, SetDigest, Stability,
+                     ViewInstalled, Writable)
+from .layer import Layer, MALFORMED
 from .message import CONTROL, INTERNAL, NO_RELIABILITY, Message
 
 MSG, XMIT_REQ, HIGHEST = 0, 1, 2
@@ -38,18 +41,21 @@ class NakAckConfig:
     """Own multicasts kept until stable. At this many the stack stops being writable;
     application sends beyond twice this raise SendBufferFull."""
     max_pending: int = 100_000
-    """Out-of-order messages buffered per sender; more are dropped and counted (the sender
-    retransmits them later)."""
+    """Out-of-order messages buffered per sender, and delivered messages kept per sender
+    until stable; beyond it out-of-order arrivals are dropped (the sender retransmits) and
+    the oldest kept messages evicted (counted)."""
 
 
 class _Window:
-    __slots__ = ("delivered", "highest", "pending", "gap_since")
+    __slots__ = ("delivered", "highest", "pending", "store", "gap_since", "xmit_from")
 
     def __init__(self, delivered: int):
         self.delivered = delivered
         self.highest = delivered
         self.pending: dict[int, Message] = {}
+        self.store: dict[int, Message] = {}  # delivered, kept until stable
         self.gap_since = False
+        self.xmit_from = None
 
 
 class NakAck(Layer):
@@ -63,6 +69,9 @@ class NakAck(Layer):
         self.sent: dict[int, Message] = {}
         self.windows: dict = {}
         self.blocked = False
+        self.catchup = None
+        self.retired: dict = {}  # last delivered seqno of members that left our view
+        self.departed: dict = {}  # their windows, kept for two more views to serve catch-ups
 
     def start(self) -> None:
         self.ctx.every(self.config.xmit_interval_s, self._check_gaps)
@@ -98,6 +107,10 @@ class NakAck(Layer):
             try:
                 typ, seq = h[0], h[1]
                 if typ == MSG:
+                    if type(seq) is not int:
+                        raise TypeError
+                    if len(h) > 2:  # retransmitted by a member other than the sender
+                        m.sender = self.ctx.book.get(h[2])
                     w = windows.get(m.sender)
                     if w is None:
                         st["dropped_unknown_sender"] += 1
@@ -107,32 +120,43 @@ class NakAck(Layer):
                         w.delivered = seq
                         if seq > w.highest:
                             w.highest = seq
+                        store = w.store
+                        store[seq] = m
+                        if len(store) > self.config.max_pending:
+                            del store[next(iter(store))]
+                            st["store_evicted"] += 1
                         out.append(m)
-                    elif len(w.pending) >= self.config.max_pending or type(seq) is not int:
+                    elif len(w.pending) >= self.config.max_pending:
                         st["dropped_window_full"] += 1
                     else:
                         pending = w.pending
                         pending[seq] = m
                         if seq > w.highest:
                             w.highest = seq
-                        nxt = w.delivered + 1
+                        nxt, store = w.delivered + 1, w.store
                         while nxt in pending:
-                            out.append(pending.pop(nxt))
+                            d = store[nxt] = pending.pop(nxt)
+                            out.append(d)
                             nxt += 1
                         w.delivered = nxt - 1
+                        while len(store) > self.config.max_pending:
+                            del store[next(iter(store))]
+                            st["store_evicted"] += 1
                 elif typ == XMIT_REQ:
-                    self._retransmit(m.sender, seq)
+                    self._retransmit(m.sender, seq, h[2] if len(h) > 2 else None)
                 elif typ == HIGHEST:
                     w = windows.get(m.sender)
                     if w is not None and type(seq) is int and seq > w.highest:
                         w.highest = seq
                 else:
                     self.malformed()
-            except (TypeError, ValueError, IndexError):
+            except MALFORMED:
                 self.malformed()
         if out:
             st["delivered"] += len(out) - n_out
             self.above.up(out)
+        if self.catchup is not None:
+            self._check_catchup()
 
     # -- retransmission -----------------------------------------------------------------
     def _check_gaps(self) -> None:
@@ -157,15 +181,31 @@ class NakAck(Layer):
                 ranges.append([start, top])
             if ranges:
                 self.stats["naks_sent"] += 1
-                self.below.down(Message(sender, b"", CONTROL, {2: [XMIT_REQ, ranges]}))
+                src = w.xmit_from or sender
+                hdr = [XMIT_REQ, ranges] if src == sender else [XMIT_REQ, ranges, sender.uid]
+                self.below.down(Message(src, b"", CONTROL, {2: hdr}))
 
-    def _retransmit(self, requester, ranges) -> None:
-        sent, budget = self.sent, self.config.max_xmit_req
+    def _retransmit(self, requester, ranges, orig_uid) -> None:
+        """Resend our own messages, or (``orig_uid``) another member's that we delivered."""
+        own = orig_uid is None or orig_uid == self.ctx.local.uid
+        if own:
+            store = self.sent
+        else:
+            orig = self.ctx.book.get(orig_uid)
+            w = self.windows.get(orig) or self.departed.get(orig, (None,))[0]
+            if w is None:
+                return
+            store = w.store
+        budget = self.config.max_xmit_req
         for lo, hi in ranges:
-            for s in range(int(lo), min(int(hi), self.seqno) + 1):
-                m = sent.get(s)
+            for s in range(int(lo), int(hi) + 1):
+                m = store.get(s)
                 if m is not None:
-                    self.below.down(Message(requester, m.payload, m.flags, m.headers))
+                    headers = m.headers
+                    if not own:
+                        headers = dict(headers)
+                        headers[2] = [MSG, s, orig_uid]
+                    self.below.down(Message(requester, m.payload, m.flags, headers))
                     self.stats["retransmitted"] += 1
                 budget -= 1
                 if budget <= 0:
@@ -192,16 +232,48 @@ class NakAck(Layer):
             return None
         if t is OwnUnstable:
             return len(self.sent)
+        if t is Catchup:
+            for addr, (seqno, holder) in ev.targets.items():
+                w = self.windows.get(addr)
+                if w is not None and seqno > w.delivered:
+                    w.highest = max(w.highest, seqno)
+                    w.xmit_from = holder if holder != self.ctx.local else None
+            self.catchup = ev
+            self._check_catchup()
+            return None
+        if t is MergeDigest:
+            for addr, seqno in ev.digest.items():
+                if addr not in self.windows:
+                    self.windows[addr] = _Window(max(seqno, self.retired.pop(addr, 0)))
+            return None
         if t is ViewInstalled:
             members = ev.view.members
             old = self.windows
-            self.windows = {m: old.get(m) or _Window(0) for m in members}
-            if self.ctx.local not in members:
-                self.windows.pop(self.ctx.local, None)
+            retired = self.retired
+            self.windows = {m: old.get(m) or _Window(retired.pop(m, 0)) for m in members}
+            self.departed = {a: (w, n - 1) for a, (w, n) in self.departed.items() if n > 1}
+            for a, w in old.items():  # a member that comes back never redelivers
+                if a not in self.windows:
+                    retired[a] = w.delivered
+                    self.departed[a] = (w, 2)
+            while len(retired) > 4096:
+                del retired[next(iter(retired))]
+            mine = old.get(self.ctx.local)
+            if mine is not None:  # our own stream goes on even when we are excluded
+                self.windows[self.ctx.local] = mine
         return self.below.down_event(ev)
 
+    def _check_catchup(self) -> None:
+        ev = self.catchup
+        for addr, (seqno, _) in ev.targets.items():
+            w = self.windows.get(addr)
+            if w is not None and w.delivered < seqno:
+                return
+        self.catchup = None
+        ev.callback()
+
     def _stable(self, digest: dict) -> None:
-        own = digest.get(self.ctx.local, 0)
+        own = min(digest.get(self.ctx.local, 0), self.seqno)
         sent = self.sent
         while self.stable_seqno < own:
             self.stable_seqno += 1
@@ -211,5 +283,13 @@ class NakAck(Layer):
             self.up_event(Writable(self.name, True))
         for addr, s in digest.items():
             w = self.windows.get(addr)
-            if w is not None and s > w.highest:
+            if w is None:
+                continue
+            if s > w.highest:
                 w.highest = s  # someone delivered more than we have: the last one was lost
+            store = w.store
+            while store:
+                first = next(iter(store))
+                if first > s:
+                    break
+                del store[first]

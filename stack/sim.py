@@ -132,6 +132,7 @@ class Simulation:
         self.members: list[SimMember] = []
         self.by_phys: dict = {}
         self.groups: Optional[dict] = None  # member -> partition index
+        self.cuts: set = set()              # frozenset({a, b}) links that drop everything
         self.packets = 0
         self.dropped = 0
 
@@ -190,7 +191,8 @@ class Simulation:
         opt, rng = self.options, self.rng
         for t in targets:
             self.packets += 1
-            if self.groups is not None and self.groups.get(src) != self.groups.get(t):
+            if (self.groups is not None and self.groups.get(src) != self.groups.get(t)) or \
+                    (self.cuts and frozenset((src, t)) in self.cuts):
                 self.dropped += 1
                 continue
             if opt.loss and rng.random() < opt.loss:
@@ -220,8 +222,13 @@ class Simulation:
         for m in self.members:
             self.groups.setdefault(m, -1 - m.index)
 
+    def cut(self, a: SimMember, b: SimMember) -> None:
+        """Drop everything between a and b (both ways): partial, non-transitive partitions."""
+        self.cuts.add(frozenset((a, b)))
+
     def heal(self) -> None:
         self.groups = None
+        self.cuts = set()
 
     def crash(self, m: SimMember) -> None:
         if m.alive:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from .events import GetDigest, RunStable, Stability, ViewInstalled
-from .layer import Layer
+from .layer import Layer, MALFORMED
 from .message import CONTROL, Message
 
 GOSSIP, STABILITY = 0, 1
@@ -75,7 +75,7 @@ class Stable(Layer):
                     self._on_stability(seqnos)
                 else:
                     self.malformed()
-            except (TypeError, ValueError):
+            except MALFORMED:
                 self.malformed()
         if self.bytes >= self.config.max_bytes:
             self._gossip()

@@ -11,12 +11,14 @@ import random
 from typing import Any, Optional
 
 from .address import Address
+from .errors import MessageTooLarge
 from .events import Connect, Leave, Writable
 from .layer import Bottom, Context, Host, Layer, Top
 from .message import Message
 from .view import ViewChange
 
 log = logging.getLogger("raygroups.stack")
+HEADER_ROOM = 512  # bytes kept free in a bundle for the headers of every layer
 
 
 class Stack:
@@ -72,7 +74,17 @@ class Stack:
 
     # -- traffic ------------------------------------------------------------------------
     def send(self, msg: Message) -> None:
+        """Raises MessageTooLarge before any layer keeps the message for retransmission."""
+        p = msg.payload
+        if isinstance(p, (bytes, bytearray, memoryview)) and len(p) > self.max_payload:
+            raise MessageTooLarge(f"payload of {len(p)} bytes; at most {self.max_payload} "
+                                  f"fit one bundle")
         self.top.below.down(msg)
+
+    @property
+    def max_payload(self) -> int:
+        """Largest payload one message can carry (a bundle less room for headers)."""
+        return self.transport.bundler.max_message - HEADER_ROOM
 
     def receive(self, data: bytes, src: Any = None) -> None:
         """One packet from the network. Never raises: a layer bug is logged and counted."""

@@ -121,7 +121,8 @@ class Transport(Layer):
             return
         local = self.ctx.local
         if sender_uid == local.uid:
-            return  # our own multicast, echoed by the kernel; loopback delivered it already
+            st["dropped_own"] += 1  # our multicast, echoed by the kernel; loopback has it
+            return
         st["recv_packets"] += 1
         st["recv_bytes"] += len(data)
         sender = self.ctx.book.get(sender_uid)

@@ -13,7 +13,7 @@ from typing import Any
 
 from .errors import RaygroupsError
 from .events import ViewInstalled, Writable
-from .layer import Layer
+from .layer import Layer, MALFORMED
 from .message import CONTROL, INTERNAL, NO_RELIABILITY, Message
 
 DATA, ACK = 0, 1
@@ -104,7 +104,7 @@ class Unicast(Layer):
                     self._ack(m.sender, cid, seq)
                 else:
                     self.malformed()
-            except (TypeError, ValueError):
+            except MALFORMED:
                 self.malformed()
         if out:
             self.above.up(out)
@@ -165,10 +165,9 @@ class Unicast(Layer):
         now, expiry = self.ctx.now(), self.config.conn_expiry_s
         for dest, c in list(self.sends.items()):
             if dest not in self.members and dest != self.ctx.local and now - c.since > expiry:
+                self._ack(dest, c.conn_id, c.seqno)  # releases back-pressure, if any
                 del self.sends[dest]
                 self.stats["expired_conns"] += 1
-                if dest in self.blocked:
-                    self._ack(dest, c.conn_id, c.seqno)
                 continue
             for s, m in c.unacked.items():
                 if s > c.mark:

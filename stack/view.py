@@ -88,7 +88,7 @@ def view_from_wire(obj: Any, book) -> View:
     coord_uid, counter, members = obj
     if type(counter) is not int or type(members) is not list or not members:
         raise ValueError("malformed view")
-    mem = tuple(book.get(uid, name) for uid, name in members)
+    mem = tuple(book.get(uid, str(name)) for uid, name in members)
     if len(set(mem)) != len(mem):
         raise ValueError("duplicate members in view")
     return View(ViewId(book.get(coord_uid), counter), mem)

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..events import (AddPhysical, EmitTo, FindMembers, GetPhysical, MembershipStatus,
-                      PingData, ViewInstalled)
+from ..events import (AddPhysical, DiscoveryTargets, EmitTo, FindMembers, GetPhysical,
+                      MembershipStatus, PingData, ViewInstalled)
 from ..layer import MCAST, Layer
 from ..message import CONTROL, Message
 
@@ -61,13 +61,15 @@ class Ping(Layer):
             return
         phys = self.below.down_event(GetPhysical())
         hdr = [REQ, self.ctx.local.name, list(phys) if phys else None]
-        if self.config.mode == "static":
-            for p in self.config.initial_hosts:
-                if tuple(p) != tuple(phys or ()):
-                    self.below.down_event(EmitTo(tuple(p), Message(None, b"", CONTROL, {1: hdr})))
-        else:
-            self.below.down_event(EmitTo(MCAST, Message(None, b"", CONTROL, {1: hdr})))
+        for target in self._targets():
+            self.below.down_event(EmitTo(target, Message(None, b"", CONTROL, {1: list(hdr)})))
         self.stats["pings_sent"] += 1
+
+    def _targets(self) -> list:
+        if self.config.mode != "static":
+            return [MCAST]
+        me = self.below.down_event(GetPhysical())
+        return [tuple(p) for p in self.config.initial_hosts if tuple(p) != tuple(me or ())]
 
     def _finish(self, rid: int) -> None:
         if rid != self.round_id or self.round is None:
@@ -78,23 +80,15 @@ class Ping(Layer):
 
     # -- traffic ------------------------------------------------------------------------
     def up(self, batch: list) -> None:
-        out = []
-        for m in batch:
-            h = m.headers.get(1)
-            if h is None:
-                out.append(m)
-                continue
-            try:
-                if h[0] == REQ:
-                    self._on_request(m.sender, h[1], h[2])
-                elif h[0] == RSP:
-                    self._on_response(m.sender, *h[1:7])
-                else:
-                    self.malformed()
-            except (TypeError, ValueError, IndexError):
-                self.malformed()
-        if out:
-            self.above.up(out)
+        self.up_control(batch, self._handle)
+
+    def _handle(self, m, h: list) -> None:
+        if h[0] == REQ:
+            self._on_request(m.sender, h[1], h[2])
+        elif h[0] == RSP:
+            self._on_response(m.sender, *h[1:7])
+        else:
+            self.malformed()
 
     def _on_request(self, sender, name: str, phys) -> None:
         self.stats["pings_received"] += 1
@@ -138,6 +132,8 @@ class Ping(Layer):
         if t is MembershipStatus:
             self.status = ev
             return None
+        if t is DiscoveryTargets:
+            return self._targets()
         if t is ViewInstalled:
             local = self.ctx.local
             self.status = MembershipStatus(local in ev.view, ev.view.coordinator == local, ev.view)

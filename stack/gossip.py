@@ -1,0 +1,85 @@
+"""Gossip membership mode (seed 004, Serf-like): SWIM's own list is the membership.
+
+Replaces GMS when ``membership="gossip"``. Each member's view is its own, eventually
+consistent list (sorted by address; ``members[0]`` is the nominal coordinator) with a local
+view counter, delivered as the same ViewChange events. Joining: discover any member and
+subscribe through it; nobody found after ``found_after_rounds`` rounds: start alone.
+Leaving: UNSUBSCRIBE until a member confirms. Multicasts in this mode are best effort.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from .events import Connect, FindMembers, Leave, MembersChanged, MembershipStatus, Subscribe, \
+    ViewInstalled
+from .layer import Layer
+from .view import Left, View, ViewChange, ViewId
+
+
+@dataclass
+class GossipConfig:
+    found_after_rounds: int = 2
+    """Empty discovery rounds before starting a group alone."""
+
+
+class GossipMembership(Layer):
+    name = "gossip"
+
+    def __init__(self, config: GossipConfig):
+        super().__init__(config)
+        self.view: Optional[View] = None
+        self.counter = 0
+        self.empty = 0
+        self.state = "idle"
+
+    def _on_found(self, found: list) -> None:
+        if self.state != "joining":
+            return
+        joined = sorted(p.addr for p in found if p.joined)
+        if joined:
+            self.below.down_event(Subscribe(joined[0]))
+            return
+        joining = [p.addr for p in found if not p.joined]
+        if not found:
+            self.empty += 1
+        if (not found and self.empty >= self.config.found_after_rounds) or \
+                (joining and all(self.ctx.local < a for a in joining)):
+            self.below.down_event(Subscribe(None))  # start alone
+        else:
+            self.below.down_event(FindMembers(self._on_found))
+
+    def up_event(self, ev: Any) -> Any:
+        if type(ev) is MembersChanged:
+            if not ev.members:
+                if self.state != "left":
+                    self.state = "left"
+                    return self.above.up_event(Left("left"))
+                return None
+            if self.state == "joining":
+                self.state = "member"
+            if self.view is not None and ev.members == self.view.members:
+                return None
+            self.counter += 1
+            prev, self.view = self.view, View(ViewId(ev.members[0], self.counter), ev.members)
+            self.below.down_event(ViewInstalled(self.view, prev))
+            return self.above.up_event(ViewChange(self.view, prev))
+        return self.above.up_event(ev)
+
+    def down_event(self, ev: Any) -> Any:
+        t = type(ev)
+        if t is Connect:
+            if self.state == "idle":
+                self.state = "joining"
+                self.below.down_event(MembershipStatus(False, False))
+                self.below.down_event(FindMembers(self._on_found))
+            return None
+        if t is Leave:
+            if self.state == "member":
+                self.state = "leaving"
+                self.below.down_event(Subscribe(None))
+            elif self.state != "left":
+                self.state = "left"
+                self.above.up_event(Left("left"))
+            return None
+        return self.below.down_event(ev)

@@ -1,0 +1,522 @@
+"""SWIM: failure detection and gossip dissemination (seed 004, then Lifeguard).
+
+Every probe interval a member pings the next member of a shuffled round-robin order. No ack
+within the probe timeout: it asks ``indirect_probes`` others to ping the target for it
+(PING_REQ); they forward the target's ack or answer NACK. Still nothing: a SUSPECT rumor.
+The suspect refutes with KEEP-ALIVE (ALIVE with a higher incarnation), multicast at once and
+gossiped; otherwise, when the suspicion timeout expires, REMOVE. Lifeguard: the suspicion
+timeout starts long and shrinks as independent confirmations arrive (scaled by log N), and a
+local-health score slows a member's own probing when it is the one missing acks.
+
+Rumors (ADD, SUSPECT, ALIVE, REMOVE) carry the rounds they still have to travel, starting at
+log2(2N)+1 (seed 004); every round each holder piggybacks them on its pings, acks and
+``gossip_fanout`` extra messages. Received rumors are kept in a bounded cache ordered by
+arrival; each ping offers a (start, end, count) summary of a time frame old enough that
+propagation has finished, and a peer that holds more rumors in that frame sends them back
+(anti-entropy). Frames are expressed as ages, so clocks need not be synchronised.
+
+Modes: ``views`` probes the members of the installed view and sends MemberDead verdicts up
+to GMS; ``gossip`` keeps SWIM's own member list (ADD on subscribe, REMOVE on unsubscribe or
+death) and sends MembersChanged up.
+"""
+from __future__ import annotations
+
+import bisect
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from .events import (AddPhysical, DiscoveryTargets, EmitTo, GetPhysical, MemberDead,
+                     MembersChanged, Subscribe, Suspect, Unsuspect, ViewInstalled)
+from .layer import Layer
+from .message import CONTROL, NO_LOOPBACK, Message
+
+PING, ACK, PING_REQ, NACK, RUMORS, SUBSCRIBE, UNSUBSCRIBE, UNSUB_ACK = range(8)
+ADD, SUSPECT, ALIVE, REMOVE = range(4)
+ALIVE_S, SUSPECT_S, DEAD_S = range(3)
+
+
+@dataclass
+class SwimConfig:
+    mode: str = "views"
+    """"views": probe the view's members, verdicts go to GMS; "gossip": SWIM's own list is
+    the membership (eventually consistent, for very large groups)."""
+    probe_interval_s: float = 0.2
+    """One probe per member per interval. Shorter detects sooner, costs more packets."""
+    probe_timeout_s: float = 0.08
+    """Wait for a direct ack this long (times 1 + local health) before probing indirectly."""
+    indirect_probes: int = 3
+    """Members asked to probe an unresponsive target for us (k)."""
+    gossip_fanout: int = 3
+    """Extra rumor messages to random members per interval while rumors are in flight."""
+    suspicion_min_s: float = 0.5
+    """Suspicion timeout once enough members confirmed, times max(1, log10 N)."""
+    suspicion_max_factor: float = 3.0
+    """A fresh, unconfirmed suspicion lasts this many times the minimum."""
+    suspicion_confirmations: int = 3
+    """Independent confirmations that shrink the timeout to its minimum."""
+    max_piggyback: int = 16
+    """Rumors carried per message."""
+    rumor_cache: int = 10_000
+    """Received rumors kept for anti-entropy (seed 004 default)."""
+    sync_batch: int = 64
+    """Rumors sent back in one anti-entropy answer."""
+    max_health: int = 8
+    """Ceiling of the local-health score (probe interval and timeout scale by 1 + score)."""
+    announce_interval_s: float = 1.0
+    """Gossip mode: a member announces itself to the discovery targets about this often,
+    times N/8 beyond 8 members, so groups started apart (or split for long) find each
+    other."""
+    verify_window_s: float = 0.5
+    """Views mode (JGroups VERIFY_SUSPECT): while a member is suspected we ping it directly
+    every probe timeout, and we do not report it dead while we heard from it within this
+    window, whoever declared it dead. Larger windows trade slower detection of a member
+    that flaps for fewer false exclusions."""
+
+
+class _Node:
+    __slots__ = ("addr", "inc", "state", "timer", "since", "confirm", "heard")
+
+    def __init__(self, addr, inc: int = 0):
+        self.addr, self.inc, self.state = addr, inc, ALIVE_S
+        self.timer, self.since, self.confirm = None, 0.0, set()
+        self.heard = -1e9  # when we last received anything from it
+
+
+class _Probe:
+    __slots__ = ("target", "acked", "nacks", "asked")
+
+    def __init__(self, target):
+        self.target, self.acked, self.nacks, self.asked = target, False, 0, 0
+
+
+class Swim(Layer):
+    name = "swim"
+    header_id = 7
+
+    def __init__(self, config: SwimConfig):
+        super().__init__(config)
+        self.nodes: dict = {}
+        self.inc = 0
+        self.active = False
+        self.order: list = []
+        self.health = 0
+        self.seq = 0
+        self.probes: dict[int, _Probe] = {}
+        self.relays: dict[int, tuple] = {}
+        self.queue: dict = {}  # rumor key -> [rumor, rounds left]
+        self.seen: OrderedDict = OrderedDict()
+        self.ctimes: list[float] = []
+        self.crumors: list = []
+        self.tombstones: OrderedDict = OrderedDict()
+        self.leaving = None
+
+    def start(self) -> None:
+        self.ctx.schedule(self.config.probe_interval_s * self.ctx.rng.random(), self._round)
+        if self.config.mode == "gossip":
+            self.ctx.schedule(self.config.announce_interval_s * self.ctx.rng.random(),
+                              self._announce)
+
+    # -- rounds -------------------------------------------------------------------------
+    def _round(self) -> None:
+        cfg = self.config
+        if self.active and self.nodes:
+            self._probe()
+            if self.config.mode == "views":
+                for n in self.nodes.values():
+                    if n.state == SUSPECT_S:
+                        self._send(n.addr, [PING, 0, None])
+            if self.queue:
+                live = [n.addr for n in self.nodes.values() if n.state != DEAD_S]
+                for dest in self.ctx.rng.sample(live, min(cfg.gossip_fanout, len(live))):
+                    self._send(dest, [RUMORS, 0])
+            for key in list(self.queue):
+                entry = self.queue[key]
+                entry[1] -= 1
+                if entry[1] <= 0:
+                    del self.queue[key]
+        self.ctx.schedule(cfg.probe_interval_s * (1 + self.health), self._round)
+
+    def _next_target(self):
+        while True:
+            if not self.order:
+                self.order = [a for a, n in self.nodes.items() if n.state != DEAD_S]
+                if not self.order:
+                    return None
+                self.ctx.rng.shuffle(self.order)
+            a = self.order.pop()
+            n = self.nodes.get(a)
+            if n is not None and n.state != DEAD_S:
+                return a
+
+    def _probe(self) -> None:
+        target = self._next_target()
+        if target is None:
+            return
+        self.seq += 1
+        seq = self.seq
+        self.probes[seq] = _Probe(target)
+        self.stats["probes"] += 1
+        self._send(target, [PING, seq, self._sync_summary()])
+        timeout = self.config.probe_timeout_s * (1 + self.health)
+        self.ctx.schedule(timeout, lambda: self._direct_timeout(seq))
+
+    def _direct_timeout(self, seq: int) -> None:
+        p = self.probes.get(seq)
+        if p is None or p.acked:
+            self.probes.pop(seq, None)
+            return
+        others = [a for a, n in self.nodes.items() if a != p.target and n.state == ALIVE_S]
+        helpers = self.ctx.rng.sample(others, min(self.config.indirect_probes, len(others)))
+        p.asked = len(helpers)
+        for h in helpers:
+            self._send(h, [PING_REQ, seq, p.target.uid])
+        self.stats["indirect_probes"] += len(helpers)
+        wait = max(self.config.probe_interval_s * (1 + self.health) - self.config.probe_timeout_s,
+                   2 * self.config.probe_timeout_s)
+        self.ctx.schedule(wait, lambda: self._final_timeout(seq))
+
+    def _final_timeout(self, seq: int) -> None:
+        p = self.probes.pop(seq, None)
+        if p is None or p.acked:
+            return
+        if p.asked and p.nacks < p.asked:
+            self._health(+1)  # helpers did not even answer: we may be the slow one
+        n = self.nodes.get(p.target)
+        if n is not None and n.state == ALIVE_S:
+            self.stats["suspicions"] += 1
+            rumor = [SUSPECT, n.addr.uid, n.inc, self.ctx.local.uid, self._rounds()]
+            self._originate(rumor)
+            self._send(n.addr, [RUMORS, 0], [rumor])  # tell the suspect directly
+
+    def _health(self, delta: int) -> None:
+        self.health = min(self.config.max_health, max(0, self.health + delta))
+
+    # -- sending ------------------------------------------------------------------------
+    def _send(self, dest, hdr: list, extra: Optional[list] = None) -> None:
+        rumors = self._piggyback()
+        if extra:
+            rumors = extra + rumors
+        hdr.append(rumors)
+        self.below.down(Message(dest, b"", CONTROL, {7: hdr}))
+
+    def _piggyback(self) -> list:
+        if not self.queue:
+            return []
+        entries = self.queue.values()
+        if len(self.queue) > self.config.max_piggyback:
+            entries = sorted(entries, key=lambda e: -e[1])[:self.config.max_piggyback]
+        out = []
+        for rumor, left in entries:
+            r = list(rumor)
+            r[4] = left
+            out.append(r)
+        return out
+
+    def _rounds(self) -> int:
+        return int(math.log2(2 * (len(self.nodes) + 1))) + 1
+
+    def _sync_summary(self) -> list:
+        rounds_s = self._rounds() * self.config.probe_interval_s
+        lo, hi = rounds_s, rounds_s + 4 * self.config.probe_interval_s
+        first, last = self._count_frame(lo, hi)
+        return [lo, hi, last - first]
+
+    def _count_frame(self, age_lo: float, age_hi: float) -> tuple[int, int]:
+        now = self.ctx.now()
+        return (bisect.bisect_left(self.ctimes, now - age_hi),
+                bisect.bisect_right(self.ctimes, now - age_lo))
+
+    # -- receiving ----------------------------------------------------------------------
+    def up(self, batch: list) -> None:
+        self.up_control(batch, self._handle)
+
+    def _handle(self, m, h: list) -> None:
+        sender = m.sender
+        typ, seq = h[0], h[1]
+        n = self.nodes.get(sender)
+        if n is not None:
+            n.heard = self.ctx.now()
+        for rumor in h[-1]:
+            self._apply(rumor)
+        if typ == PING:
+            self._send(sender, [ACK, seq])
+            if h[2] is not None:
+                self._answer_sync(sender, *h[2])
+        elif typ == ACK:
+            p = self.probes.get(seq)
+            if p is not None:
+                p.acked = True
+                if p.target == sender:
+                    self._health(-1)
+                else:
+                    t = self.nodes.get(p.target)
+                    if t is not None:
+                        t.heard = self.ctx.now()
+            relay = self.relays.pop(seq, None)
+            if relay is not None:
+                self._send(relay[0], [ACK, relay[1]])
+            elif p is not None and p.target != sender:
+                self.stats["indirect_acks"] += 1
+        elif typ == PING_REQ:
+            target = self.ctx.book.get(h[2])
+            self.seq += 1
+            self.relays[self.seq] = (sender, seq)
+            self._send(target, [PING, self.seq, None])
+            mine = self.seq
+            self.ctx.schedule(self.config.probe_timeout_s, lambda: self._relay_timeout(mine))
+        elif typ == NACK:
+            p = self.probes.get(seq)
+            if p is not None:
+                p.nacks += 1
+        elif typ == SUBSCRIBE:
+            self._on_subscribe(sender, h[2], h[3])
+        elif typ == UNSUBSCRIBE:
+            n = self.nodes.get(sender)
+            self._originate([REMOVE, sender.uid, n.inc if n else 0, None, self._rounds()])
+            self._send(sender, [UNSUB_ACK, 0])
+        elif typ == UNSUB_ACK:
+            if self.leaving is not None:
+                self.leaving.cancel()
+                self.leaving = None
+                self.active = False
+                self.above.up_event(MembersChanged(()))
+        elif typ != RUMORS:
+            self.malformed()
+
+    def _relay_timeout(self, mine: int) -> None:
+        relay = self.relays.pop(mine, None)
+        if relay is not None:
+            self._send(relay[0], [NACK, relay[1]])
+
+    def _answer_sync(self, sender, age_lo: float, age_hi: float, count: int) -> None:
+        lo, hi = self._count_frame(float(age_lo), float(age_hi))
+        if hi - lo > int(count):
+            rumors = self.crumors[lo:hi][-self.config.sync_batch:]
+            self.stats["sync_answers"] += 1
+            self.below.down(Message(sender, b"", CONTROL, {7: [RUMORS, 0, rumors]}))
+
+    # -- rumors -------------------------------------------------------------------------
+    def _originate(self, rumor: list) -> None:
+        """A rumor of our own making: applied even if an equal one was seen before."""
+        self._apply(rumor, own=True)
+
+    def _apply(self, rumor: list, own: bool = False) -> None:
+        kind, uid, inc, extra, left = rumor
+        if type(inc) is not int or type(left) is not int:
+            raise TypeError
+        key = (kind, uid, inc, extra if kind == SUSPECT else None)
+        if key in self.seen and not own:
+            return
+        self.seen[key] = True
+        if len(self.seen) > self.config.rumor_cache:
+            self.seen.popitem(last=False)
+        self.ctimes.append(self.ctx.now())
+        self.crumors.append([kind, uid, inc, extra, 0])
+        if len(self.ctimes) > 2 * self.config.rumor_cache:
+            del self.ctimes[:self.config.rumor_cache]
+            del self.crumors[:self.config.rumor_cache]
+        if self._effect(kind, self.ctx.book.get(uid), inc, extra) and left > 1:
+            self.queue[key] = [[kind, uid, inc, extra, left], left - 1]
+
+    def _effect(self, kind: int, addr, inc: int, extra) -> bool:
+        """Apply one rumor to the member list; True if it was news worth spreading."""
+        local = self.ctx.local
+        if addr == local:
+            if kind in (SUSPECT, REMOVE) and self.leaving is None and inc >= self.inc:
+                self._refute(inc)
+            return False
+        n = self.nodes.get(addr)
+        gossip = self.config.mode == "gossip"
+        if kind in (ADD, ALIVE):
+            if extra:
+                self.ctx.book.get(addr.uid, str(extra[0]))
+                self.below.down_event(AddPhysical(addr, (str(extra[1]), int(extra[2]))))
+            if n is None:
+                if not gossip or self.tombstones.get(addr, -1) >= inc:
+                    return False
+                self.nodes[addr] = _Node(addr, inc)
+                self._members_changed()
+                return True
+            if inc > n.inc:
+                was = n.state
+                n.inc, n.state = inc, ALIVE_S
+                self._clear(n)
+                if was != ALIVE_S:
+                    self.above.up_event(Unsuspect(addr))
+                return True
+            return False
+        if n is None or inc < n.inc or n.state == DEAD_S:
+            return False
+        if kind == SUSPECT:
+            if n.state == ALIVE_S or inc > n.inc:
+                n.inc, n.state = inc, SUSPECT_S
+                n.since, n.confirm = self.ctx.now(), {extra}
+                self.above.up_event(Suspect(addr))
+            elif extra in n.confirm:
+                return False
+            else:
+                n.confirm.add(extra)
+            self._arm(n)
+            return True
+        if kind == REMOVE:
+            if self._recently_heard(n):
+                self.stats["remove_overruled"] += 1
+                if n.state == ALIVE_S:
+                    n.state, n.since, n.confirm = SUSPECT_S, self.ctx.now(), {extra}
+                    self._arm(n)
+                return True  # still spread it: the member itself will refute
+            self._declare_dead(n, "swim")
+            return True
+        return False
+
+    def _recently_heard(self, n: _Node) -> bool:
+        return (self.config.mode == "views"
+                and self.ctx.now() - n.heard < self.config.verify_window_s)
+
+    def _refute(self, inc: int) -> None:
+        self.inc = inc + 1
+        self.stats["refutations"] += 1
+        self._health(+1)
+        rumor = [ALIVE, self.ctx.local.uid, self.inc, self._self_info(), self._rounds()]
+        self._originate(rumor)
+        # multicast the KEEP-ALIVE at once: the whole group learns in one hop
+        self.below.down(Message(None, b"", CONTROL | NO_LOOPBACK, {7: [RUMORS, 0, [rumor]]}))
+
+    def _self_info(self) -> list:
+        phys = self.below.down_event(GetPhysical())
+        return [self.ctx.local.name, phys[0], phys[1]] if phys else None
+
+    def _arm(self, n: _Node) -> None:
+        cfg = self.config
+        size = len(self.nodes) + 1
+        lo = cfg.suspicion_min_s * max(1.0, math.log10(size))
+        hi = lo * cfg.suspicion_max_factor
+        c = len(n.confirm) - 1
+        k = cfg.suspicion_confirmations
+        timeout = max(lo, hi - (hi - lo) * math.log(c + 1) / math.log(k + 1))
+        if n.timer is not None:
+            n.timer.cancel()
+        inc = n.inc
+        n.timer = self.ctx.schedule(max(0.0, n.since + timeout - self.ctx.now()),
+                                    lambda: self._suspicion_expired(n, inc))
+
+    def _suspicion_expired(self, n: _Node, inc: int) -> None:
+        n.timer = None
+        if n.state == SUSPECT_S and n.inc == inc and self.nodes.get(n.addr) is n:
+            if self._recently_heard(n):
+                self.stats["suspicion_extended"] += 1
+                n.timer = self.ctx.schedule(self.config.verify_window_s,
+                                            lambda: self._suspicion_expired(n, inc))
+                return
+            self._originate([REMOVE, n.addr.uid, inc, None, self._rounds()])
+
+    def _clear(self, n: _Node) -> None:
+        if n.timer is not None:
+            n.timer.cancel()
+            n.timer = None
+        n.confirm = set()
+
+    def _declare_dead(self, n: _Node, reason: str) -> None:
+        self._clear(n)
+        n.state = DEAD_S
+        self.stats["dead"] += 1
+        if self.config.mode == "gossip":
+            del self.nodes[n.addr]
+            self.tombstones[n.addr] = n.inc
+            if len(self.tombstones) > self.config.rumor_cache:
+                self.tombstones.popitem(last=False)
+            self._members_changed()
+        else:
+            self.above.up_event(MemberDead(n.addr, reason))
+
+    def _members_changed(self) -> None:
+        if self.active:
+            members = tuple(sorted([self.ctx.local, *self.nodes]))
+            self.above.up_event(MembersChanged(members))
+
+    # -- gossip-mode membership -----------------------------------------------------------
+    def _subscribe(self, contact) -> None:
+        """Ask ``contact`` for the member list, again each interval until we have one."""
+        if not self.active:
+            self.active = True
+            self._members_changed()
+        if contact is not None and not self.nodes and self.leaving is None:
+            self.below.down(Message(contact, b"", CONTROL, {7: [SUBSCRIBE, 0, self._self_info(),
+                                                                 self.inc, []]}))
+            self.ctx.schedule(self.config.probe_interval_s, lambda: self._subscribe(contact))
+
+    def _announce(self) -> None:
+        """Gossip mode: now and then tell the discovery targets (the multicast group or the
+        static hosts) that we are alive, so separately started groups find each other.
+        Members announce less often as the group grows: constant load in total."""
+        if self.active and self.leaving is None:
+            rumor = [ALIVE, self.ctx.local.uid, self.inc, self._self_info(), self._rounds()]
+            for target in self.below.down_event(DiscoveryTargets()) or ():
+                self.below.down_event(EmitTo(target, Message(None, b"", CONTROL,
+                                                             {7: [RUMORS, 0, [rumor]]})))
+        scale = max(1.0, len(self.nodes) / 8)
+        self.ctx.schedule(self.config.announce_interval_s * scale * (0.5 + self.ctx.rng.random()),
+                          self._announce)
+
+    def _on_subscribe(self, sender, info, inc) -> None:
+        """A newcomer: spread ADD, and hand it the whole list (seed: /membership/subscribe)."""
+        self._originate([ADD, sender.uid, int(inc), info, self._rounds()])
+        state = [[ALIVE, self.ctx.local.uid, self.inc, self._self_info(), 1]]
+        for a, n in self.nodes.items():
+            if a != sender and n.state != DEAD_S:
+                p = self.below.down_event(GetPhysical(a))
+                state.append([ALIVE, a.uid, n.inc, [a.name, p[0], p[1]] if p else None, 1])
+        self.below.down(Message(sender, b"", CONTROL, {7: [RUMORS, 0, state]}))
+
+    def _unsubscribe(self) -> None:
+        """Tell one member at a time until one confirms (seed: UNSUBSCRIPTION)."""
+        live = [a for a, n in self.nodes.items() if n.state != DEAD_S]
+        if not live:
+            self.active = False
+            self.above.up_event(MembersChanged(()))
+            return
+        self.below.down(Message(self.ctx.rng.choice(live), b"", CONTROL, {7: [UNSUBSCRIBE, 0, []]}))
+        self.leaving = self.ctx.schedule(self.config.probe_interval_s, self._unsubscribe)
+
+    def _fresh(self, n: Optional[_Node], addr) -> _Node:
+        """A view that (still or again) lists a member we had declared dead is the verdict
+        of GMS or a merge: probe it again from scratch, and forget the rumors about it so
+        that new suspicions at the same incarnation count again."""
+        if n is None:
+            return _Node(addr)
+        if n.state == DEAD_S:
+            uid = addr.uid
+            for key in [k for k in self.seen if k[1] == uid]:
+                del self.seen[key]
+            for key in [k for k in self.queue if k[1] == uid]:
+                del self.queue[key]
+            return _Node(addr, n.inc)
+        return n
+
+    # -- events -------------------------------------------------------------------------
+    def down_event(self, ev: Any) -> Any:
+        t = type(ev)
+        if t is ViewInstalled and self.config.mode == "views":
+            members = ev.view.members
+            local = self.ctx.local
+            old = self.nodes
+            self.nodes = {a: self._fresh(old.get(a), a) for a in members if a != local}
+            for a, n in old.items():
+                if a not in self.nodes:
+                    self._clear(n)
+            self.active = local in members
+            self.order = [a for a in self.order if a in self.nodes]
+        elif t is MemberDead:
+            n = self.nodes.get(ev.addr)
+            if n is not None and n.state != DEAD_S:
+                self._originate([REMOVE, n.addr.uid, n.inc, None, self._rounds()])
+            return n is not None
+        elif t is Subscribe:
+            if ev.contact is None and self.active:
+                self._unsubscribe()
+            elif ev.contact is not None or not self.active:
+                self._subscribe(ev.contact)
+            return None
+        return self.below.down_event(ev)

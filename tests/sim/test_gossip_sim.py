@@ -1,0 +1,38 @@
+"""Gossip membership mode (seed 004, Serf-like): SWIM's own list is the membership. Members
+join through any member, a crashed member is removed everywhere, a leaver's UNSUBSCRIPTION
+becomes REMOVE everywhere, and the lists converge to the same members."""
+import pytest
+
+from raygroups.stack import StackConfig
+from raygroups.stack.sim import Simulation, SimOptions
+
+GOSSIP = StackConfig.local(membership="gossip")
+
+
+def converged(members):
+    live = [m for m in members if m.alive]
+    want = {m.address.uid for m in live}
+    return all(m.view is not None and {a.uid for a in m.view.members} == want for m in live)
+
+
+@pytest.mark.seeds(50)
+def test_gossip_join_crash_leave(sim_seed):
+    sim = Simulation(sim_seed, SimOptions(loss=0.05, delay_s=(0.0005, 0.003)))
+    n = sim.rng.randint(8, 20)
+    first = sim.add_member("g", "n0", GOSSIP)
+    sim.run_until(lambda: first.view is not None, 5, "first member")
+    members = [first]
+    for i in range(1, n):
+        sim.run_for(sim.rng.uniform(0, 0.05))
+        members.append(sim.add_member("g", f"n{i}", GOSSIP))
+    sim.run_until(lambda: converged(members), 30, f"{n} members converge")
+    victim, leaver = sim.rng.sample(members[1:], 2)
+    sim.crash(victim)
+    leaver.leave()
+    sim.run_until(lambda: leaver.left is not None, 10, "leaver confirmed")
+    sim.run_until(lambda: converged(members), 30, "crash and leave seen by all")
+    for m in members:
+        if m.alive:
+            assert victim.address not in m.view and leaver.address not in m.view
+            assert m.stack.errors == 0
+    assert leaver.left.reason == "left"

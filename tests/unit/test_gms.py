@@ -1,0 +1,447 @@
+"""GMS in a sandwich (and over a real NAKACK for the join digest): joining, founding, the
+coordinator's pending membership and view bundling, JOIN_RSP, VIEW_ACKs, leaving."""
+import pytest
+
+from raygroups.stack.address import Address
+from raygroups.stack.events import (AddPhysical, Connect, FindMembers, GetDigest, GetPhysical,
+                                    Leave, MembershipStatus, OwnUnstable, PingData, RunStable,
+                                    SetDigest, ViewInstalled)
+from raygroups.stack.gms import (JOIN_REQ, JOIN_RSP, LEAVE_REQ, VIEW, VIEW_ACK, Gms, GmsConfig,
+                                 State)
+from raygroups.stack.message import CONTROL, INTERNAL, Message
+from raygroups.stack.nakack import MSG, NakAck, NakAckConfig
+from raygroups.stack.view import Left, View, ViewChange, ViewId, view_to_wire
+
+from .sandwich import Sandwich
+
+CFG = dict(join_timeout_s=1.0, found_after_rounds=2, retry_jitter_s=0.1, view_bundling_s=0.01,
+           view_ack_timeout_s=1.0, leave_drain_s=1.0, leave_timeout_s=2.0)
+OWN_PHYS = ("10.0.0.1", 7800)
+
+
+def make(nakack=False, **cfg):
+    gms = Gms(GmsConfig(**{**CFG, **cfg}))
+    layers = (NakAck(NakAckConfig(xmit_interval_s=1000.0, highest_interval_s=1000.0)), gms) \
+        if nakack else (gms,)
+    s = Sandwich(*layers)
+    s.gms = gms
+    s.phys = {None: OWN_PHYS}
+    s.unstable = 0
+    s.below.answers.update({GetPhysical: lambda ev: s.phys.get(ev.addr),
+                            GetDigest: lambda ev: {}, OwnUnstable: lambda ev: s.unstable})
+    return s
+
+
+def rounds(s, *results):
+    """Answer the pending FindMembers rounds with these results, one each."""
+    for found in results:
+        s.below.events_of(FindMembers)[-1].callback(found)
+
+
+def hdr(m):
+    return m.headers.get(5, [None])
+
+
+def sent(s, typ, dest="any"):
+    return [m for m in s.below.sent if hdr(m)[0] == typ and (dest == "any" or m.dest == dest)]
+
+
+def loopback(s):
+    """Feed the coordinator's own multicast VIEWs back up, as the transport would."""
+    for m in [m for m in s.below.take() if m.dest is None]:
+        s.up(Message(None, m.payload, m.flags, dict(m.headers), s.local))
+
+
+def view_hdr(view, phys=()):
+    """A VIEW header as the coordinator multicasts it (no crashed members to catch up on)."""
+    return [VIEW, view_to_wire(view), [list(p) for p in phys], None]
+
+
+def join_req(s, who, phys=None):
+    return Message(s.local, b"", CONTROL, {5: [JOIN_REQ, who.name, phys]}, who)
+
+
+def leave_req(s, who):
+    return Message(s.local, b"", INTERNAL, {5: [LEAVE_REQ]}, who)
+
+
+def ack(s, who, counter):
+    return Message(s.local, b"", INTERNAL, {5: [VIEW_ACK, s.local.uid, counter]}, who)
+
+
+def views(s):
+    return [e.view for e in s.above.events_of(ViewChange)]
+
+
+def coordinator(nakack=False, **cfg):
+    """A founder, then members B and C joined and acknowledged: view 2 is {me, B, C}."""
+    s = make(nakack, **cfg)
+    s.down_event(Connect())
+    rounds(s, [], [])
+    s.b, s.c = s.addr("B"), s.addr("C")
+    s.phys.update({s.b: ("10.0.0.2", 7800), s.c: ("10.0.0.3", 7800)})
+    s.up(join_req(s, s.b, ["10.0.0.2", 7800]), join_req(s, s.c, ["10.0.0.3", 7800]))
+    s.advance(0.01)
+    loopback(s)
+    s.up(ack(s, s.b, 2), ack(s, s.c, 2))
+    assert [v.members for v in views(s)] == [(s.local,), (s.local, s.b, s.c)]
+    s.below.take()
+    return s
+
+
+def member(**cfg):
+    """B, a plain member of view 5 {A, me, C} coordinated by A."""
+    s = make(**cfg)
+    s.a, s.c = s.addr("A"), s.addr("C")
+    s.down_event(Connect())
+    rounds(s, [PingData(s.a, ("10.0.0.9", 7800), True, True, s.a)])
+    view = View(ViewId(s.a, 5), (s.a, s.local, s.c))
+    s.up(Message(s.local, b"", INTERNAL, {5: [JOIN_RSP, view_to_wire(view), [[s.a.uid, 3]],
+                                                [[s.a.uid, "10.0.0.9", 7800]]]}, s.a))
+    assert s.gms.state is State.MEMBER
+    s.below.take()
+    return s
+
+
+# -- joining and founding -------------------------------------------------------------------
+def test_connect_discovers_then_joins_the_coordinator():
+    s = make()
+    s.down_event(Connect())
+    assert s.below.events[0] == MembershipStatus(False, False)
+    assert [type(e) for e in s.below.events] == [MembershipStatus, FindMembers]
+    a, b = s.addr("A"), s.addr("B")
+    rounds(s, [PingData(b, ("10.0.0.2", 1), False, True, a),
+               PingData(a, ("10.0.0.3", 1), True, True, a)])
+    [req] = sent(s, JOIN_REQ)
+    assert req.dest == a and req.flags == CONTROL
+    assert hdr(req) == [JOIN_REQ, s.local.name, list(OWN_PHYS)]
+    assert s.gms.state is State.JOINING and views(s) == []
+
+
+def test_join_request_goes_to_the_lowest_coordinator():
+    s = make()
+    s.down_event(Connect())
+    c1, c2 = sorted([s.addr("X"), s.addr("Y")])
+    rounds(s, [PingData(c2, None, True, True, c2), PingData(c1, None, True, True, c1)])
+    assert [m.dest for m in sent(s, JOIN_REQ)] == [c1]
+
+
+def test_join_timeout_discovers_again():
+    s = make()
+    s.down_event(Connect())
+    a = s.addr("A")
+    rounds(s, [PingData(a, None, True, True, a)])
+    s.advance(0.99)
+    assert len(s.below.events_of(FindMembers)) == 1
+    s.advance(0.02)
+    assert len(s.below.events_of(FindMembers)) == 2
+    assert s.gms.stats["join_timeouts"] == 1
+
+
+@pytest.mark.parametrize("needed", [1, 2, 3])
+def test_founding_after_the_configured_empty_rounds(needed):
+    s = make(found_after_rounds=needed)
+    s.down_event(Connect())
+    rounds(s, *[[]] * (needed - 1))
+    assert views(s) == [] and len(s.below.events_of(FindMembers)) == needed
+    rounds(s, [])
+    [v] = views(s)
+    assert v.view_id == ViewId(s.local, 1) and v.members == (s.local,)
+    assert s.below.events_of(ViewInstalled) == [ViewInstalled(v, None)]
+    assert s.gms.state is State.MEMBER and s.gms.is_coord
+    assert sent(s, JOIN_REQ) == []
+
+
+def test_concurrent_joiners_the_lowest_founds():
+    s = make()
+    s.down_event(Connect())
+    higher = Address(b"\xff" * 16, "high")  # only joining peers, all above us
+    rounds(s, [PingData(higher, None, False, False)])
+    assert [v.members for v in views(s)] == [(s.local,)]
+    assert sent(s, JOIN_REQ) == []
+
+
+def test_concurrent_joiners_the_others_retry_discovery():
+    s = make()
+    s.down_event(Connect())
+    lower = Address(b"\x00" * 16, "low")
+    rounds(s, [PingData(lower, None, False, False)])
+    assert views(s) == [] and len(s.below.events_of(FindMembers)) == 1
+    s.advance(0.1)  # retries after up to retry_jitter_s
+    assert len(s.below.events_of(FindMembers)) == 2
+    rounds(s, [])  # the other joiner went away: the empty rounds found the group
+    assert views(s) == []
+    rounds(s, [])
+    assert [v.members for v in views(s)] == [(s.local,)]
+
+
+def test_join_response_installs_view_with_digest_and_acks():
+    s = make()
+    s.down_event(Connect())
+    a, c = s.addr("A"), s.addr("C")
+    rounds(s, [PingData(a, ("10.0.0.9", 7800), True, True, a)])
+    del s.below.events[:]
+    view = View(ViewId(a, 4), (a, c, s.local))
+    phys = [[a.uid, "10.0.0.9", 7800], [c.uid, "10.0.0.8", 7801]]
+    rsp = [JOIN_RSP, view_to_wire(view), [[a.uid, 7], [c.uid, 2]], phys]
+    s.up(Message(s.local, b"", INTERNAL, {5: rsp}, a))
+    evs = [e for e in s.below.events if type(e) in (SetDigest, ViewInstalled, AddPhysical)]
+    assert evs == [AddPhysical(a, ("10.0.0.9", 7800)), AddPhysical(c, ("10.0.0.8", 7801)),
+                   SetDigest({a: 7, c: 2}), ViewInstalled(view, None)]
+    assert views(s) == [view] and s.gms.state is State.MEMBER
+    [va] = sent(s, VIEW_ACK)
+    assert va.dest == a and hdr(va) == [VIEW_ACK, a.uid, 4] and va.flags & INTERNAL
+    s.advance(5.0)
+    assert s.below.events_of(FindMembers) == []  # the join timer was cancelled
+
+
+def test_join_response_without_the_joiner_is_malformed():
+    s = make()
+    s.down_event(Connect())
+    a = s.addr("A")
+    rounds(s, [PingData(a, None, True, True, a)])
+    view = View(ViewId(a, 4), (a,))
+    s.up(Message(s.local, b"", INTERNAL, {5: [JOIN_RSP, view_to_wire(view), [], []]}, a))
+    assert views(s) == [] and s.gms.stats["malformed_header"] == 1
+
+
+# -- the coordinator ------------------------------------------------------------------------
+def test_coordinator_bundles_joins_and_a_leave_into_one_view():
+    s = coordinator()
+    d, e = s.addr("D"), s.addr("E")
+    s.up(join_req(s, d, ["10.0.0.4", 7800]))
+    s.up(leave_req(s, s.b))
+    s.up(join_req(s, e, ["10.0.0.5", 7800]))
+    assert s.below.sent == []  # bundled for view_bundling_s
+    s.advance(0.01)
+    [v] = [m for m in sent(s, VIEW) if m.dest is None]
+    assert v.flags == INTERNAL  # reliable (NAKACK), not CONTROL
+    members = [uid for uid, _ in hdr(v)[1][2]]
+    assert members == [s.local.uid, s.c.uid, d.uid, e.uid]
+    assert hdr(v)[1][:2] == [s.local.uid, 3]
+    assert [m.dest for m in sent(s, JOIN_RSP)] == [d, e]
+    assert [m.dest for m in sent(s, VIEW) if m.dest is not None] == [s.b]  # the leaver
+    assert s.gms.stats["views_sent"] == 2
+
+
+def test_requests_during_a_view_in_flight_build_on_the_pending_membership():
+    """Seed 003: two joins and two leaves arriving before the previous view is installed
+    are all reflected in the next view; none is lost."""
+    s = coordinator()
+    d, e, f = s.addr("D"), s.addr("E"), s.addr("F")
+    s.up(join_req(s, d))
+    s.advance(0.01)
+    flight = s.below.take()
+    [v3] = [m for m in flight if hdr(m)[0] == VIEW and m.dest is None]
+    # view 3 {me, B, C, D} is in flight (not installed, not acked); more requests arrive
+    s.up(join_req(s, e), leave_req(s, d), leave_req(s, s.b), join_req(s, f))
+    s.advance(0.5)
+    assert sent(s, VIEW) == []  # one view change at a time
+    s.up(Message(None, b"", INTERNAL, dict(v3.headers), s.local))  # installs view 3
+    s.up(ack(s, s.b, 3), ack(s, s.c, 3))
+    assert sent(s, VIEW) == []  # D has not acked yet
+    s.up(ack(s, d, 3))
+    s.advance(0.01)
+    [v4] = [m for m in sent(s, VIEW) if m.dest is None]
+    assert hdr(v4)[1][1] == 4
+    assert [uid for uid, _ in hdr(v4)[1][2]] == [s.local.uid, s.c.uid, e.uid, f.uid]
+    assert sorted(m.dest for m in sent(s, VIEW) if m.dest is not None) == sorted([d, s.b])
+    assert sorted(m.dest for m in sent(s, JOIN_RSP)) == sorted([e, f])
+
+
+def test_join_rsp_digest_has_the_view_seqno_for_the_coordinator():
+    s = coordinator(nakack=True)
+    for i in range(3):
+        s.down(Message(None, f"app{i}"))
+    s.up(join_req(s, s.addr("D")))
+    s.advance(0.01)
+    [view] = [m for m in sent(s, VIEW) if m.dest is None]
+    [rsp] = sent(s, JOIN_RSP)
+    digest = dict((uid, seq) for uid, seq in hdr(rsp)[2])
+    # coordinator: view 2 (seqno 1), three app messages, then this VIEW
+    assert view.headers[2] == [MSG, 5]
+    assert digest[s.local.uid] == 5
+    assert set(digest) == {s.local.uid, s.b.uid, s.c.uid}  # the members of the new view
+
+
+def test_joiner_over_nakack_starts_exactly_after_the_view():
+    """The JOIN_RSP digest positions the joiner's window: the VIEW itself (seqno = digest
+    entry) is a duplicate, the coordinator's next multicast is delivered."""
+    s = make(nakack=True)
+    s.down_event(Connect())
+    a = s.addr("A")
+    rounds(s, [PingData(a, None, True, True, a)])
+    view = View(ViewId(a, 2), (a, s.local))
+    s.up(Message(s.local, b"", INTERNAL, {5: [JOIN_RSP, view_to_wire(view), [[a.uid, 4]], []]}, a))
+    s.up(Message(None, b"", INTERNAL, {2: [MSG, 4], 5: view_hdr(view)}, a),
+         Message(None, b"after", 0, {2: [MSG, 5]}, a))
+    assert views(s) == [view]
+    assert [m.payload for m in s.above.messages] == [b"after"]
+    assert s.layers[0].stats["duplicates"] == 1
+
+
+def test_duplicate_join_request_gets_the_cached_join_response():
+    s = coordinator()
+    d = s.addr("D")
+    s.up(join_req(s, d), join_req(s, d))  # a retry before the view: still one join
+    s.advance(0.01)
+    [first] = sent(s, JOIN_RSP)
+    s.below.take()
+    s.up(join_req(s, d))  # a retry after the view went out (the JOIN_RSP was lost)
+    s.advance(0.5)
+    [again] = sent(s, JOIN_RSP)
+    assert again.dest == d and hdr(again) == hdr(first)
+    assert sent(s, VIEW) == [] and s.gms.stats["views_sent"] == 2
+
+
+def test_join_request_for_a_member_does_not_change_the_view():
+    s = coordinator()
+    s.up(join_req(s, s.b))
+    s.advance(0.5)
+    assert sent(s, VIEW) == []
+
+
+def test_non_coordinator_ignores_join_requests():
+    s = member()
+    s.up(join_req(s, s.addr("X")))
+    s.advance(0.5)
+    assert sent(s, VIEW) == [] and sent(s, JOIN_RSP) == []
+    assert s.gms.stats["join_requests_ignored"] == 1
+
+
+def test_view_acks_are_collected_before_the_next_view():
+    s = coordinator(view_ack_timeout_s=10.0)
+    d = s.addr("D")
+    s.up(join_req(s, d))
+    s.advance(0.01)
+    loopback(s)
+    e = s.addr("E")
+    s.up(join_req(s, e))
+    s.up(ack(s, s.b, 3), ack(s, s.c, 2))  # C acks an old view: does not count
+    s.advance(0.5)
+    assert sent(s, VIEW) == []
+    s.up(ack(s, s.c, 3), ack(s, e, 3))  # E is no member of view 3: ignored
+    s.advance(0.5)
+    assert sent(s, VIEW) == []
+    s.up(ack(s, d, 3))  # the last one
+    s.advance(0.01)
+    [v4] = [m for m in sent(s, VIEW) if m.dest is None]
+    assert hdr(v4)[1][1] == 4
+    assert s.gms.stats["view_ack_timeouts"] == 0
+
+
+def test_view_ack_timeout_lets_the_next_view_go():
+    s = coordinator()
+    s.up(join_req(s, s.addr("D")))
+    s.advance(0.01)
+    loopback(s)
+    s.up(join_req(s, s.addr("E")))
+    s.up(ack(s, s.b, 3))  # C and D never ack
+    s.advance(0.9)
+    assert sent(s, VIEW) == []
+    s.advance(0.2)
+    assert s.gms.stats["view_ack_timeouts"] == 1
+    assert len([m for m in sent(s, VIEW) if m.dest is None]) == 1
+
+
+# -- members --------------------------------------------------------------------------------
+def test_member_installs_newer_views_and_ignores_older_ones():
+    s = member()
+    a, c = s.a, s.c
+    older = View(ViewId(a, 4), (a, s.local))
+    s.up(Message(None, b"", INTERNAL, {5: view_hdr(older)}, a))
+    assert len(views(s)) == 1 and sent(s, VIEW_ACK) == []
+    same = View(ViewId(a, 5), (a, s.local))
+    s.up(Message(None, b"", INTERNAL, {5: view_hdr(same)}, a))
+    assert len(views(s)) == 1 and sent(s, VIEW_ACK) == []
+    d = s.addr("D")
+    newer = View(ViewId(a, 6), (a, s.local, c, d))
+    s.up(Message(None, b"", INTERNAL, {5: view_hdr(newer, [[d.uid, "10.0.0.4", 9]])}, a))
+    assert views(s)[-1] == newer
+    assert AddPhysical(d, ("10.0.0.4", 9)) in s.below.events
+    assert [hdr(m) for m in sent(s, VIEW_ACK)] == [[VIEW_ACK, a.uid, 6]]
+    assert views(s)[-1].members[2].name == "C"
+
+
+def test_graceful_leave_drains_then_requests_and_finishes_on_the_view():
+    s = member()
+    s.unstable = 2
+    s.down_event(Leave())
+    assert s.gms.state is State.LEAVING
+    assert RunStable() in s.below.events
+    s.advance(0.5)
+    assert sent(s, LEAVE_REQ) == []  # still draining
+    s.unstable = 0
+    s.advance(0.02)
+    [req] = sent(s, LEAVE_REQ)
+    assert req.dest == s.a and req.flags & INTERNAL
+    v6 = View(ViewId(s.a, 6), (s.a, s.c))
+    s.up(Message(s.local, b"", INTERNAL, {5: view_hdr(v6)}, s.a))
+    assert [hdr(m) for m in sent(s, VIEW_ACK)] == [[VIEW_ACK, s.a.uid, 6]]
+    assert s.above.events_of(Left) == [Left("left")]
+    assert s.gms.state is State.LEFT
+
+
+def test_leave_gives_up_draining_at_the_deadline():
+    s = member()
+    s.unstable = 5
+    s.down_event(Leave())
+    s.advance(1.05)
+    assert len(sent(s, LEAVE_REQ)) == 1
+    assert s.gms.stats["leave_undrained"] == 1
+
+
+def test_coordinator_leaving_hands_over_and_waits_for_acks():
+    s = coordinator()
+    s.down_event(Leave())
+    s.advance(0.02)
+    loopback(s)
+    assert views(s)[-1].members == (s.b, s.c)
+    assert s.above.events_of(Left) == []  # waits for the acks first
+    s.up(ack(s, s.b, 3), ack(s, s.c, 3))
+    assert s.above.events_of(Left) == [Left("left")]
+
+
+@pytest.mark.parametrize("header", [
+    5, [], [99], [VIEW], [VIEW, "x", [], None], [VIEW, [b"short", 6, [[b"x", "n"]]], [], None],
+    [VIEW, "VIEW6", [[b"short", "h", 1]], None], [VIEW, "VIEW6", [["uid", "h", "port"]], None],
+    [JOIN_REQ, "X", ["h"]], [JOIN_REQ, "X", ["h", "port"]], [JOIN_REQ, "X", {}], {"a": 1},
+    [VIEW, "VIEW6", [["UID", "h", float("inf")]], None], [JOIN_REQ, "X", ["h", float("inf")]],
+], ids=repr)
+def test_malformed_headers_are_counted_never_raised(header):
+    s = coordinator()
+    v6 = view_to_wire(View(ViewId(s.local, 6), (s.local, s.b)))
+
+    def fill(x):
+        if x == "VIEW6":
+            return v6
+        if type(x) is list:
+            return [fill(y) for y in x]
+        return s.b.uid if x == "UID" else x
+    s.up(Message(s.local, b"", INTERNAL, {5: fill(header)}, s.b), Message(None, b"app", 0, {}, s.b))
+    assert s.gms.stats["malformed_header"] == 1
+    assert [m.payload for m in s.above.messages] == [b"app"]
+
+
+@pytest.mark.parametrize("counter", ["x", None, float("inf"), float("nan")], ids=repr)
+def test_garbage_view_ack_counter_is_malformed(counter):
+    s = coordinator()
+    s.up(join_req(s, s.addr("D")))
+    s.advance(0.01)
+    loopback(s)
+    s.up(Message(s.local, b"", INTERNAL, {5: [VIEW_ACK, s.local.uid, counter]}, s.b))
+    assert s.gms.stats["malformed_header"] == 1
+    assert s.b in s.gms.acks
+
+
+def test_view_member_names_stay_strings():
+    """Names from the wire end up in Address.name, whose __repr__ must return a str (the
+    ack-timeout log line formats addresses): a non-str name is coerced or rejected."""
+    s = member()
+    d = b"\x42" * 16  # not known yet: the view names it
+    wire_view = [s.a.uid, 6, [[s.a.uid, "A"], [s.local.uid, "me"], [d, 12345]]]
+    s.up(Message(None, b"", INTERNAL, {5: [VIEW, wire_view, [], None]}, s.a))
+    assert type(s.ctx.book.get(d).name) is str
+    for v in views(s):
+        assert all(type(m.name) is str for m in v.members)
+        assert type(repr(v)) is str
