@@ -1,11 +1,12 @@
 """raygroups protocol stack: sans-IO layers, an asyncio runtime, a simulator."""
 from .address import Address
 from .config import StackConfig
-from .errors import GroupClosed, JoinTimeout, MessageTooLarge, NotConnected, RaygroupsError
+from .errors import (GroupClosed, JoinTimeout, MessageTooLarge, NotConnected, NotPrimary,
+                     RaygroupsError)
 from .message import Message
 from .runtime.channel import Channel
 from .view import Left, MergeView, View, ViewChange, ViewId
 
 __all__ = ["Address", "Channel", "GroupClosed", "JoinTimeout", "Left", "MergeView", "Message",
-           "MessageTooLarge", "NotConnected", "RaygroupsError", "StackConfig", "View",
+           "MessageTooLarge", "NotConnected", "NotPrimary", "RaygroupsError", "StackConfig", "View",
            "ViewChange", "ViewId"]

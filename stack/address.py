@@ -21,7 +21,9 @@ class Address:
             raise ValueError(f"an address uid is {UUID_LEN} bytes, got {uid!r}")
         self.uid = uid
         self.name = name
-        self._hash = int.from_bytes(uid[:8], "big")
+        # the high half (random UUIDs), or the low half when it is zero: the seeded UUIDs
+        # of a bootstrap file (1, 2, 3, ...) would otherwise all hash to 0
+        self._hash = int.from_bytes(uid[:8], "big") or int.from_bytes(uid[8:], "big")
 
     @classmethod
     def random(cls, name: str, rng: random.Random) -> "Address":

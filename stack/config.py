@@ -9,7 +9,13 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .discovery.ping import DiscoveryConfig, Ping
+from .discovery.store_discovery import StoreDiscovery, StoreDiscoveryConfig
 from .faults import FaultConfig, Faults
+from .flow_control import FlowControl, FlowControlConfig
+from .frag import Frag, FragConfig
+from .primary import Primary, PrimaryConfig
+from .sequencer import Sequencer, SequencerConfig
+from .state_transfer import StateTransfer, StateTransferConfig
 from .gms import Gms, GmsConfig
 from .gossip import GossipConfig, GossipMembership
 from .layer import Host
@@ -35,6 +41,17 @@ class StackConfig:
     swim: SwimConfig = field(default_factory=SwimConfig)
     merge: MergeConfig = field(default_factory=MergeConfig)
     gossip: GossipConfig = field(default_factory=GossipConfig)
+    flow_control: FlowControlConfig = field(default_factory=FlowControlConfig)
+    """Credit-based flow control above GMS (views mode only)."""
+    frag: FragConfig = field(default_factory=FragConfig)
+    primary: PrimaryConfig = field(default_factory=PrimaryConfig)
+    sequencer: SequencerConfig = field(default_factory=SequencerConfig)
+    state_transfer: StateTransferConfig = field(default_factory=StateTransferConfig)
+    """Fragmentation of large payloads: the top layer."""
+    store: Optional[StoreDiscoveryConfig] = None
+    """Cloud-store discovery (members files per coordinator, bootstrap file) instead of PING;
+    set by the ``discovery="file:///dir"`` / ``"s3://..."`` / ``"ray-kv://"`` and
+    ``bootstrap=`` shortcuts, tuned with ``store__field=value``. None (default): PING."""
     faults: Optional[FaultConfig] = None
     """Fault injection (drop, delay, duplicate, reorder) right above the transport, for
     tests and chaos drills on real sockets; None (default) leaves the layer out."""
@@ -52,7 +69,7 @@ class StackConfig:
             discovery=DiscoveryConfig(timeout_s=0.15),
             nakack=NakAckConfig(xmit_interval_s=0.02, highest_interval_s=0.05),
             unicast=UnicastConfig(xmit_interval_s=0.02),
-            stable=StableConfig(desired_avg_gossip_s=0.05),
+            stable=StableConfig(desired_avg_gossip_s=0.2),
             gms=GmsConfig(join_timeout_s=0.5, view_bundling_s=0.002, view_ack_timeout_s=1.0,
                           leave_drain_s=1.0, leave_timeout_s=2.0),
         )
@@ -80,10 +97,13 @@ class StackConfig:
     def with_options(self, **options: Any) -> "StackConfig":
         """Override fields by ``layer__field=value`` (e.g. ``discovery__mode="static"``), or
         shortcuts: ``initial_hosts=[...]`` (static discovery), ``port``, ``bind_addr``,
-        ``mcast_port``."""
+        ``mcast_port``, ``cluster_key=b"..."`` (or a key ring ``[first, other, ...]``) and
+        ``auth_mode="hmac"|"aesgcm"`` (authenticated packets, see ``TransportConfig``)."""
         shortcuts = {"initial_hosts": "discovery__initial_hosts", "port": "transport__port",
                      "bind_addr": "transport__bind_addr", "mcast_port": "transport__mcast_port",
-                     "mcast_addr": "transport__mcast_addr"}
+                     "mcast_addr": "transport__mcast_addr",
+                     "cluster_key": "transport__cluster_key",
+                     "auth_mode": "transport__auth_mode"}
         cfg = dataclasses.replace(self, **{f.name: dataclasses.replace(getattr(self, f.name))
                                             for f in dataclasses.fields(self)
                                             if dataclasses.is_dataclass(getattr(self, f.name))})
@@ -95,12 +115,22 @@ class StackConfig:
                 cfg.membership = value
                 cfg.swim.mode = value
                 continue
+            if key in ("discovery", "bootstrap") and not isinstance(value, DiscoveryConfig):
+                # store discovery: discovery="<store url>", bootstrap="<path or url>"
+                if cfg.store is None:
+                    cfg.store = StoreDiscoveryConfig(probe_timeout_s=cfg.discovery.timeout_s)
+                setattr(cfg.store, "url" if key == "discovery" else key, value)
+                continue
+            if key == "store" and isinstance(value, str):
+                key = "store__url"
             if key == "discovery__initial_hosts":
                 cfg.discovery.mode = "static"
                 value = tuple((str(h), int(p)) for h, p in value)
             layer, sep, name = key.partition("__")
             if layer == "faults" and cfg.faults is None:
                 cfg.faults = FaultConfig()
+            if layer == "store" and cfg.store is None:
+                cfg.store = StoreDiscoveryConfig(probe_timeout_s=cfg.discovery.timeout_s)
             sub = getattr(cfg, layer, None) if sep else None
             if sub is None or not hasattr(sub, name):
                 raise TypeError(f"unknown stack option {key!r}")
@@ -110,7 +140,8 @@ class StackConfig:
     @property
     def needs_mcast_socket(self) -> bool:
         t = self.transport
-        return (t.kind == "udp" and t.ip_multicast) or self.discovery.mode == "multicast"
+        return (t.kind == "udp" and t.ip_multicast) or \
+            (self.discovery.mode == "multicast" and self.store is None)
 
     def build(self, cluster: str, name: str, host: Host, rng: random.Random,
               uid: Optional[bytes] = None) -> Stack:
@@ -118,11 +149,19 @@ class StackConfig:
         bottom = [Transport(self.transport)]
         if self.faults is not None:
             bottom.append(Faults(self.faults))
+        discovery = Ping(self.discovery) if self.store is None else StoreDiscovery(self.store)
         if self.membership == "gossip":
-            layers = [Ping(self.discovery), Swim(self.swim), Unicast(self.unicast),
-                      GossipMembership(self.gossip)]
+            # no FlowControl: multicast is best effort here, so a lost message's credit
+            # would never come back
+            layers = [discovery, Swim(self.swim), Unicast(self.unicast),
+                      GossipMembership(self.gossip),
+                      Frag(self.frag)]
         else:
-            layers = [Ping(self.discovery), MergeDetector(self.merge), Swim(self.swim),
+            layers = [discovery, MergeDetector(self.merge), Swim(self.swim),
                       NakAck(self.nakack), Unicast(self.unicast), Stable(self.stable),
-                      Gms(self.gms)]
+                      Gms(self.gms),
+                      FlowControl(self.flow_control),
+                      Primary(self.primary), Sequencer(self.sequencer),
+                      Frag(self.frag),  # FRAG above everything that sends data
+                      StateTransfer(self.state_transfer)]
         return Stack(cluster, name, bottom + layers, host, rng, uid)

@@ -19,3 +19,8 @@ class JoinTimeout(RaygroupsError):
 
 class GroupClosed(RaygroupsError):
     """The channel was closed."""
+
+
+class NotPrimary(RaygroupsError):
+    """This member is not in a primary component, so the send cannot go out (raised at once
+    with ``primary__block_sends=False``, or after ``primary__send_timeout_s``)."""

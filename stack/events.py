@@ -5,7 +5,7 @@ application; the first layer that handles an event answers it and stops it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from .address import Address
@@ -39,12 +39,24 @@ class Catchup:
     NAKACK calls ``callback()``."""
     targets: dict
     callback: Callable[[], None]
+    until_view: bool = False  # abandoned (without callback) once a view is installed
+
+
+@dataclass
+class Freeze:
+    """FLUSH of view ``view_id``: deliver nothing more from ``members`` (they are being
+    removed) beyond the cut, until a view newer than ``view_id`` is installed."""
+    members: list
+    view_id: Any = None
 
 
 @dataclass
 class MergeDigest:
-    """Windows for the members of other subgroups, before a MergeView is installed."""
+    """Windows for the members of other subgroups, before a MergeView is installed; the
+    members in ``others`` (not of our subgroup) start at their digest even if we had a
+    window for them (what they sent in their component is not ours to deliver)."""
     digest: dict
+    others: list = field(default_factory=list)
 
 
 @dataclass
@@ -167,3 +179,18 @@ class MergeInfo:
     coord: Address
     counter: int
     is_coord: bool
+
+
+@dataclass
+class AppBlocked:
+    """The application stopped (``blocked`` True) or resumed (False) consuming deliveries
+    (``Stack.set_app_blocked``, sent down from the top). FLOW_CONTROL holds what arrives
+    meanwhile and stops granting credits, so senders block instead of this member's memory
+    growing; control traffic keeps flowing. The layer that handles it answers True."""
+    blocked: bool
+
+
+@dataclass
+class GetBundleRoom:
+    """Transport answers the largest packed message one bundle holds (FRAG sizes its
+    fragments from it)."""

@@ -30,11 +30,36 @@ from .events import (AddPhysical, Catchup, Connect, FindMembers, GetDigest, GetP
 from .gms_merge import Merger
 from .layer import Layer, MALFORMED
 from .message import CONTROL, INTERNAL, Message
+from .errors import RaygroupsError
 from .view import Left, MergeView, View, ViewChange, ViewId, view_from_wire, view_to_wire
+
+
+STALE_INFOS = 4  # INFOs of a newer view from our own coordinator before we count as dropped
+
+
+class SendBlocked(RaygroupsError):
+    """Too many sends were made while a flush stopped sending."""
+
+
+def cut(members, digests: dict, leaving=frozenset()) -> dict:
+    """Per member: the highest seqno any reporter holds, and a reporter that holds it -
+    the member itself if it can, else one that is not about to leave."""
+    final = {}
+    for x in members:
+        best = max((d.get(x, 0) for d in digests.values()), default=None)
+        if best is None:
+            continue
+        holders = [w for w, d in digests.items() if d.get(x, 0) == best]
+        holder = x if x in holders else next((w for w in holders if w not in leaving),
+                                             holders[0])
+        final[x] = (best, holder)
+    return final
 
 from .gms_merge import INSTALL_MERGE, MERGE_REQ, MERGE_RSP  # noqa: E402  (types 8-10)
 
-JOIN_REQ, JOIN_RSP, LEAVE_REQ, VIEW, VIEW_ACK, DIGEST_REQ, DIGEST_RSP, NOT_MEMBER = range(8)
+from .flush import FLUSH_CUT, FLUSH_DONE, FLUSH_OK, START_FLUSH, Flush  # noqa: E402  (types 11-12)
+
+JOIN_REQ, JOIN_RSP, LEAVE_REQ, VIEW, VIEW_ACK, NOT_MEMBER = range(6)
 
 
 class State(enum.Enum):
@@ -67,6 +92,9 @@ class GmsConfig:
     """How often a coordinator acts on the other views it heard of (MERGE3 check)."""
     merge_timeout_s: float = 3.0
     """A merge whose leader went silent is cancelled after this long."""
+    max_held: int = 10_000
+    """Application sends accepted while a flush blocks sending (they go out in the new
+    view); beyond this SendBlocked is raised. Channels wait instead of sending."""
 
 
 class Gms(Layer):
@@ -89,15 +117,16 @@ class Gms(Layer):
         self.ack_view = 0
         self.ack_timer = None
         self.join_rsps: dict[Address, list] = {}
-        self.recon: Optional[dict] = None     # survivors' digests being collected
-        self.recon_id = 0
+        self.held: list = []                  # application sends made during a flush
         # member side
         self.deferred: list = []              # views waiting behind a catch-up
         self.catching_up = False
         self.drain_deadline = 0.0
         self.drained = False
         self.highest_counter = 0              # no view id is ever created twice
+        self.stale_infos = 0
         self.merger = Merger(self)
+        self.flush = Flush(self)
 
     def start(self) -> None:
         self.ctx.every(self.config.merge_check_s, self.merger.check)
@@ -225,18 +254,23 @@ class Gms(Layer):
         if digest is not None:
             self.below.down_event(SetDigest(digest))
         if merged is not None:
-            self.below.down_event(MergeDigest(merged))
+            mine = next((sg.members for sg in getattr(view, "subgroups", ())
+                         if local in sg.members), (local,))
+            self.below.down_event(MergeDigest(merged, [a for a in merged if a not in mine]))
         self.view = view
         self.highest_counter = max(self.highest_counter, view.view_id.id)
+        self.stale_infos = 0
         self.suspects = set() if isinstance(view, MergeView) else self.suspects & set(view.members)
         if view.view_id.coord != local or self.tmp == [] or isinstance(view, MergeView):
             self.tmp = list(view.members)
         if local in view and self.state is State.JOINING:
             self.state = State.MEMBER
         self.stats["views_installed"] += 1
-        self.merger.installed(view)
         self.below.down_event(ViewInstalled(view, prev))
         self.above.up_event(ViewChange(view, prev))
+        # only now: sends held by a flush must carry the new view's counter
+        self.merger.installed(view)
+        self.flush.installed(view)
         if view.view_id.coord != local:
             self._send(view.view_id.coord, [VIEW_ACK, view.view_id.coord.uid, view.view_id.id])
         else:
@@ -258,11 +292,12 @@ class Gms(Layer):
         local = self.ctx.local
         self.suspects = set()
         self.tmp = [local]
-        self.joins, self.leaves, self.recon = {}, [], None
+        self.joins, self.leaves = {}, []
         if self.ack_timer is not None:
             self.ack_timer.cancel()
         self.acks = self.ack_timer = None
         self.merger.abort()
+        self.flush.abort()
         self._install(View(ViewId(local, self.next_counter()), (local,)))
 
     def next_counter(self) -> int:
@@ -276,9 +311,11 @@ class Gms(Layer):
     def _view_msg(hdr: list) -> Message:
         return Message(None, b"", INTERNAL, {5: hdr})
 
-    def _multicast_merge_view(self, vwire: list, subgroups: list, dwire: list) -> None:
-        """To our subgroup, in FIFO order with our other messages."""
-        self.below.down(self._view_msg([VIEW, vwire, [], None, [subgroups, dwire]]))
+    def _multicast_merge_view(self, vwire: list, subgroups: list, dwire: list,
+                              final: dict) -> None:
+        """To our (flushed) subgroup, in FIFO order with our other messages."""
+        fwire = [[a.uid, s, h.uid] for a, (s, h) in final.items()]
+        self.below.down(self._view_msg([VIEW, vwire, [], fwire, [subgroups, dwire]]))
 
     # -- coordinator ----------------------------------------------------------------------
     def _on_join_req(self, sender: Address, name: str, phys) -> None:
@@ -303,23 +340,33 @@ class Gms(Layer):
             if self.is_coord:
                 self._schedule_view()
 
+    @property
+    def busy(self) -> bool:
+        """A view change, flush or merge is in flight."""
+        return self.acks is not None or self.flush.busy or self.merger.busy
+
     def _schedule_view(self) -> None:
-        if not self.scheduled and self.acks is None and self.recon is None \
-                and not self.merger.busy:
+        if not self.scheduled and not self.busy:
             self.scheduled = True
             self.ctx.schedule(self.config.view_bundling_s, self._change_view)
 
     def _change_view(self) -> None:
         self.scheduled = False
-        if not self.is_coord or self.acks is not None or self.recon is not None \
-                or self.merger.busy or self.state is State.LEFT:
+        if not self.is_coord or self.busy or self.state is State.LEFT:
             return
-        local = self.ctx.local
+        leaves = set(self.leaves)
+        joins = [j for j in self.joins if j not in self.tmp]
         crashed = [m for m in self.tmp if m in self.suspects]
-        if crashed or self.view.view_id.coord in self.suspects:
-            self._start_reconcile()
+        if not joins and not crashed and not leaves & set(self.tmp) \
+                and self.view.view_id.coord not in self.suspects:
             return
-        self._emit_view(self.tmp, self.view.view_id.id, None)
+        # leavers take part: they move from V to V' too (into no view)
+        survivors = [m for m in self.view.members if m not in self.suspects]
+        if self.ctx.local not in survivors:
+            survivors.append(self.ctx.local)
+        # freeze only the crashed: leavers drained already, and a leaving coordinator
+        # still has to send the VIEW
+        self.flush.start(survivors, crashed, self._flushed)
 
     def _emit_view(self, base: list, counter: int, final: Optional[dict]) -> None:
         local = self.ctx.local
@@ -339,9 +386,11 @@ class Gms(Layer):
         self.stats["views_sent"] += 1
         self.below.down(self._view_msg([VIEW, view_to_wire(view), self._phys_entries(joins), fwire]))
         digest = self.below.down_event(GetDigest(sent=True))
+        if final:  # joiners start at the cut (own entry: the VIEW just sent)
+            digest.update({a: s for a, (s, _) in final.items() if a != local})
         for gone in leaves:  # a leaver may miss the multicast once stability forgets it
             if gone != local:
-                self._send(gone, [VIEW, view_to_wire(view), [], None])
+                self._send(gone, [VIEW, view_to_wire(view), [], fwire])
         if joins:
             dwire = [[a.uid, s] for a, s in digest.items() if a in view]
             phys_all = self._phys_entries(members)
@@ -378,57 +427,17 @@ class Gms(Layer):
         elif self.joins or self.leaves or any(m in self.suspects for m in self.tmp):
             self._schedule_view()
 
-    # -- crash reconciliation -------------------------------------------------------------
-    def _start_reconcile(self) -> None:
-        self.recon_id += 1
-        survivors = [m for m in self.view.members if m not in self.suspects]
-        own = self.below.down_event(GetDigest())
-        self.recon = {"id": self.recon_id, "waiting": set(survivors) - {self.ctx.local},
-                      "views": [self.view], "digests": {self.ctx.local: own}}
-        self.stats["reconciliations"] += 1
-        for m in self.recon["waiting"]:
-            self._send(m, [DIGEST_REQ, self.recon_id])
-        rid = self.recon_id
-        self.ctx.schedule(self.config.view_ack_timeout_s, lambda: self._reconcile_timeout(rid))
-        if not self.recon["waiting"]:
-            self._finish_reconcile()
-
-    def _on_digest_rsp(self, sender: Address, rid: int, vwire: list, dwire: list) -> None:
-        r = self.recon
-        if r is None or rid != r["id"] or sender not in r["waiting"]:
+    # -- flush ----------------------------------------------------------------------------
+    def _flushed(self, views: list, digests: dict, final: dict) -> None:
+        """Every survivor stopped and reported: build the view on the latest view any of
+        them installed (finishing a change in flight) and the cut of every sender."""
+        if not self.is_coord or self.state is State.LEFT:
             return
-        book = self.ctx.book
-        r["views"].append(view_from_wire(vwire, book))
-        r["digests"][sender] = {book.get(uid): int(s) for uid, s in dwire}
-        r["waiting"].discard(sender)
-        if not r["waiting"]:
-            self._finish_reconcile()
-
-    def _reconcile_timeout(self, rid: int) -> None:
-        r = self.recon
-        if r is None or r["id"] != rid:
-            return
-        self.ctx.log(f"no digest from {sorted(r['waiting'])}; excluding them too")
-        self.suspects |= r["waiting"]
-        self.recon = None
-        self._schedule_view()
-
-    def _finish_reconcile(self) -> None:
-        r, self.recon = self.recon, None
-        latest = max(r["views"], key=lambda v: v.view_id)
-        counter = max(v.view_id.id for v in r["views"])
+        latest = max(views, key=lambda v: v.view_id)
+        counter = max(v.view_id.id for v in views)
         base = list(latest.members)
         if self.ctx.local not in base:  # someone excluded us meanwhile; we still lead ours
             base.insert(0, self.ctx.local)
-        final = {}
-        for x in latest.members:
-            if x in self.suspects:
-                best, holder = 0, None
-                for who, d in r["digests"].items():
-                    if d.get(x, 0) > best:
-                        best, holder = d[x], who
-                if holder is not None:
-                    final[x] = (best, holder)
         self._emit_view(base, counter, final)
 
     # -- leaving --------------------------------------------------------------------------
@@ -479,9 +488,11 @@ class Gms(Layer):
         for m in batch:
             h = m.headers.get(5)
             if h is None:
-                if not m.flags & INTERNAL:
-                    out.append(m)
+                out.append(m)
                 continue
+            if out:  # what came before a VIEW is delivered before it
+                self.above.up(out)
+                out = []
             try:
                 self._handle(m.sender, h)
             except MALFORMED:
@@ -513,13 +524,14 @@ class Gms(Layer):
             self._on_join_rsp(h)
         elif typ == LEAVE_REQ:
             self._on_leave_req(sender)
-        elif typ == DIGEST_REQ:
-            if self.view is not None:
-                d = self.below.down_event(GetDigest())
-                self._send(sender, [DIGEST_RSP, h[1], view_to_wire(self.view),
-                                    [[a.uid, s] for a, s in d.items()]])
-        elif typ == DIGEST_RSP:
-            self._on_digest_rsp(sender, h[1], h[2], h[3])
+        elif typ == START_FLUSH:
+            self.flush.on_start(sender, h[1], h[2], h[3])
+        elif typ == FLUSH_OK:
+            self.flush.on_ok(sender, h[1], h[2], h[3])
+        elif typ == FLUSH_CUT:
+            self.flush.on_cut(sender, h[1], h[2])
+        elif typ == FLUSH_DONE:
+            self.flush.on_done(sender, h[1])
         elif typ == NOT_MEMBER:
             v = self.view
             theirs = ViewId(book.get(h[1]), int(h[2]))
@@ -539,12 +551,13 @@ class Gms(Layer):
                     and self.state in (State.MEMBER, State.LEAVING):
                 self.suspects.add(ev.addr)
                 self.stats["dead_verdicts"] += 1
+                self.flush.member_dead(ev.addr)  # a flush waiting for it starts over
                 if self.is_coord:
                     self._schedule_view()
                 elif self.state is State.LEAVING and self.drained:
                     self._request_leave()
         elif t is Unsuspect:
-            if self.recon is None:
+            if not self.flush.busy:
                 self.suspects.discard(ev.addr)
         elif t is MergeInfo:
             self._on_info(ev)
@@ -553,20 +566,41 @@ class Gms(Layer):
 
     def _on_info(self, ev: MergeInfo) -> None:
         v = self.view
-        if self.state is not State.MEMBER or v is None or not self.is_coord:
+        if self.state is not State.MEMBER or v is None:
             return
         theirs = ViewId(ev.coord, ev.counter)
         if theirs == v.view_id:
             return
+        if not self.is_coord:
+            # our coordinator keeps announcing a newer view we never got: we were dropped
+            if ev.is_coord and ev.sender == self.coordinator and v.view_id < theirs:
+                self.stale_infos += 1
+                if self.stale_infos >= STALE_INFOS:
+                    self._become_singleton("our coordinator moved on without us")
+            return
         if ev.sender == self.ctx.local:
             return
-        if ev.is_coord or ev.sender in v:
-            # another coordinator (a partition), or a member of our view stuck in another
-            # view (overlapping views): only a merge reunites them
+        if ev.is_coord or (ev.sender in v and theirs < v.view_id):
+            # another coordinator (a partition), or a member of our view stuck in an older
+            # view (overlapping views): only a merge reunites them. (A member of our view
+            # in a NEWER view means we are the stale one: it will tell us.)
             self.merger.candidate(ev.sender, ev.is_coord)
         elif ev.coord in v and theirs < v.view_id:
             # it still thinks it belongs to our view: tell it it was excluded
             self._send(ev.sender, [NOT_MEMBER, v.view_id.coord.uid, v.view_id.id])
+
+    def down(self, msg: Message) -> None:
+        if self.flush.blocked and not msg.flags & INTERNAL:
+            if len(self.held) >= self.config.max_held:
+                raise SendBlocked(f"{len(self.held)} sends wait for a flush to end")
+            self.held.append(msg)  # goes out in the new view
+            return
+        self.below.down(msg)
+
+    def _release_held(self) -> None:
+        held, self.held = self.held, []
+        for m in held:
+            self.below.down(m)
 
     def down_event(self, ev: Any) -> Any:
         t = type(ev)
@@ -575,6 +609,7 @@ class Gms(Layer):
             return None
         if t is Leave:
             self._leave()
+            self.below.down_event(ev)  # layers below learn it too (store discovery: own file)
             return None
         if t is MemberDead:  # an external failure signal (e.g. Ray reported the actor dead)
             if not self.below.down_event(ev):  # SWIM spreads it and reports the verdict up

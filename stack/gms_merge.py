@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
-from .events import GetDigest
 from .view import MergeView, View, ViewId, view_from_wire, view_to_wire
 
 if TYPE_CHECKING:
@@ -32,6 +31,7 @@ class Merger:
         self.leading: Optional[dict] = None    # responses, when we lead
         self.timer = None
         self.counter = 0
+        self.cut: dict = {}                    # our subgroup's flush cut
 
     @property
     def busy(self) -> bool:
@@ -45,6 +45,7 @@ class Merger:
         seen[1] = seen[1] or is_coord
 
     def installed(self, view: View) -> None:
+        self.sightings = {}  # what we heard belonged to the view we had
         if isinstance(view, MergeView):
             self._done()
 
@@ -54,26 +55,43 @@ class Merger:
         g = self.gms
         seen, self.sightings = self.sightings, {}
         others = sorted(a for a, (n, _) in seen.items() if n >= MIN_SIGHTINGS)
-        if not others or self.busy or not g.is_coord or g.recon is not None or g.acks is not None:
+        if not others or self.busy or not g.is_coord or g.busy or g.state.value != "member":
+            return
+        if any(m in g.suspects for m in g.view.members):
+            g._schedule_view()  # exclude the dead first; merge on a later check
             return
         local = g.ctx.local
         if any(seen[a][1] and a < local for a in others):
             return  # the lowest coordinator leads
-        coords = others
         self.counter += 1
         self.merge_id = [local.uid, self.counter]
-        self.leading = {"waiting": set(coords), "rsps": {local: self._my_state()}}
+        self.leading = {"waiting": set(others), "rsps": {}}
         g.stats["merges_started"] += 1
-        for c in coords:
-            g._send(c, [MERGE_REQ, self.merge_id])
         self._arm()
+        mid = self.merge_id
+        self._flush_subgroup(lambda state: self._lead(mid, others, state))
 
-    def _my_state(self) -> list:
+    def _lead(self, mid, others: list, state: list) -> None:
+        if self.merge_id != mid or self.leading is None:
+            return
+        self.leading["rsps"][self.gms.ctx.local] = state
+        for c in others:
+            self.gms._send(c, [MERGE_REQ, mid])
+
+    def _flush_subgroup(self, then) -> None:
+        """Stop our subgroup and agree on its cut (virtual synchrony across the merge);
+        ``then(state)`` gets [view, cut digest, addresses]."""
         g = self.gms
-        digest = g.below.down_event(GetDigest(sent=True))
-        members = g.view.members
-        return [view_to_wire(g.view), [[a.uid, s] for a, s in digest.items() if a in members],
-                g._phys_entries(members)]
+        # a member answering for itself only (stuck in a view it does not coordinate)
+        # flushes itself: the others of that view are not its to stop
+        members = [m for m in g.view.members if m not in g.suspects] if g.is_coord \
+            else [g.ctx.local]
+
+        def done(views, digests, final) -> None:
+            self.cut = final
+            then([view_to_wire(g.view), [[a.uid, s] for a, (s, _) in self.cut.items()],
+                  g._phys_entries(g.view.members)])
+        g.flush.start(members, [], done)
 
     def _on_rsp(self, sender, merge_id, ok, state) -> None:
         lead = self.leading
@@ -126,12 +144,12 @@ class Merger:
 
     def _on_req(self, sender, merge_id) -> None:
         g = self.gms
-        ok = (not self.busy and g.recon is None and g.acks is None
-              and g.state.value == "member" and g.view is not None)
-        if ok:
-            self.merge_id = merge_id
-            self._arm()
-        g._send(sender, [MERGE_RSP, merge_id, ok, self._my_state() if ok else None])
+        if self.busy or g.busy or g.state.value != "member" or g.view is None:
+            g._send(sender, [MERGE_RSP, merge_id, False, None])
+            return
+        self.merge_id = merge_id
+        self._arm()
+        self._flush_subgroup(lambda state: g._send(sender, [MERGE_RSP, merge_id, True, state]))
 
     def _on_install(self, sender, h: list) -> None:
         g = self.gms
@@ -139,7 +157,7 @@ class Merger:
             return
         _, _, vwire, subgroups, dwire, phys = h
         g._learn_phys(phys)
-        g._multicast_merge_view(vwire, subgroups, dwire)
+        g._multicast_merge_view(vwire, subgroups, dwire, self.cut)
 
     def _arm(self) -> None:
         if self.timer is not None:
@@ -156,8 +174,14 @@ class Merger:
                 return
             self._done()
 
+    def abandon(self) -> None:
+        """Our part of the merge failed (our subgroup could not be flushed)."""
+        self.gms.stats["merges_abandoned"] += 1
+        self._done()
+
     def abort(self) -> None:
-        self.merge_id, self.leading = None, None
+        self.merge_id, self.leading, self.cut = None, None, {}
+        self.sightings = {}
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
@@ -165,5 +189,6 @@ class Merger:
     def _done(self) -> None:
         self.abort()
         g = self.gms
+        g.flush.release()  # a merge that did not happen must not leave sending stopped
         if g.is_coord and (g.joins or g.leaves or g.suspects):
             g._schedule_view()

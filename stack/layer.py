@@ -12,6 +12,7 @@ from collections import Counter
 from typing import Any, Callable, ClassVar, Optional, Protocol
 
 from .address import Address, AddressBook
+from .message import INTERNAL
 
 MCAST = "mcast"  # physical destination meaning "the multicast group"
 # What parsing a header from the wire may raise; layers catch these, count, and drop.
@@ -23,7 +24,10 @@ class Cancellable(Protocol):
 
 
 class Host(Protocol):
-    """What a runtime (real sockets) or the simulator provides to a stack."""
+    """What a runtime (real sockets) or the simulator provides to a stack.
+
+    Optional: ``store``, the ``StoreClient`` (stack/discovery/store.py) that store discovery
+    calls; the asyncio Runtime and SimMember have one, other hosts may leave it out."""
 
     local_phys: Any
 
@@ -107,6 +111,13 @@ class Layer:
         up as one batch."""
         hid, out = self.header_id, []
         for m in batch:
+            if hid in m.headers:
+                break
+        else:  # nothing for this layer (the common case under load): pass the batch as is
+            if batch:
+                self.above.up(batch)
+            return
+        for m in batch:
             h = m.headers.get(hid)
             if h is None:
                 out.append(m)
@@ -135,6 +146,7 @@ class Top(Layer):
     name = "top"
 
     def up(self, batch: list) -> None:
+        batch = [m for m in batch if not m.flags & INTERNAL]  # stack traffic nobody claimed
         if batch:
             self.ctx.host.deliver_messages(batch)
 

@@ -11,6 +11,7 @@ NO_RELIABILITY = 1   # skip NAKACK/UNICAST: best effort (discovery, gossip, acks
 OOB = 2              # deliver without waiting for order (control traffic)
 NO_LOOPBACK = 4      # a multicast that is not delivered to the sender itself
 INTERNAL = 8         # stack traffic, never handed to the application
+ORDERED = 16         # total order (SEQUENCER) requested by the application
 
 CONTROL = NO_RELIABILITY | OOB | INTERNAL
 

@@ -8,6 +8,8 @@ catch-up before a view that removes it). The last-message-dropped case is closed
 HIGHEST announcements, multicast while the sender has unstable messages, and by STABLE's
 digests. The sender keeps its messages until STABLE reports them delivered everywhere;
 that buffer is the send window: when it is full the stack reports itself not writable.
+Every multicast carries the sender's view counter; a receiver still in an older view holds it
+until it installed that view, so no member delivers a message of V' while still in V.
 """
 from __future__ import annotations
 
@@ -15,12 +17,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import RaygroupsError
-from .events import (Catchup, GetDigest, MergeDigest, OwnUnstable, SetDigest, Stability,
-                     ViewInstalled, Writable)
+from .events import (Catchup, Freeze, GetDigest, MergeDigest, OwnUnstable, SetDigest,
+                     Stability, ViewInstalled, Writable)
 from .layer import Layer, MALFORMED
 from .message import CONTROL, INTERNAL, NO_RELIABILITY, Message
 
 MSG, XMIT_REQ, HIGHEST = 0, 1, 2
+EARLY_SENDERS, EARLY_PER_SENDER = 16, 256  # bounds of the early-arrival buffer
+# MSG header: [MSG, seqno, view counter of the sender] (+ original sender's uid when
+# retransmitted by another member)
 
 
 class SendBufferFull(RaygroupsError):
@@ -47,7 +52,7 @@ class NakAckConfig:
 
 
 class _Window:
-    __slots__ = ("delivered", "highest", "pending", "store", "gap_since", "xmit_from")
+    __slots__ = ("delivered", "highest", "pending", "store", "gap_since", "xmit_from", "limit")
 
     def __init__(self, delivered: int):
         self.delivered = delivered
@@ -56,6 +61,25 @@ class _Window:
         self.store: dict[int, Message] = {}  # delivered, kept until stable
         self.gap_since = False
         self.xmit_from = None
+        self.limit = None  # FLUSH: deliver nothing above this seqno
+
+
+def _purge(store: dict, upto: int) -> None:
+    """Drop every seqno <= ``upto`` from a store whose keys were inserted in ascending
+    order. One ``next(iter())`` per call: deleting the first key one at a time re-scans the
+    deleted slots every time, quadratic in the number purged."""
+    if not store:
+        return
+    first = next(iter(store))
+    if first > upto:
+        return
+    if upto - first < 2 * len(store):
+        pop = store.pop
+        for k in range(first, upto + 1):
+            pop(k, None)
+    else:
+        for k in [k for k in store if k <= upto]:
+            del store[k]
 
 
 class NakAck(Layer):
@@ -69,7 +93,10 @@ class NakAck(Layer):
         self.sent: dict[int, Message] = {}
         self.windows: dict = {}
         self.blocked = False
-        self.catchup = None
+        self.catchups: list = []  # Catchup events waiting for their targets
+        self.frozen_for = None    # the view whose flush froze some windows
+        self.early: dict = {}     # sender -> multicasts that came before its window
+        self.view_counter = 0  # sent in every multicast: receivers in an older view hold it
         self.retired: dict = {}  # last delivered seqno of members that left our view
         self.departed: dict = {}  # their windows, kept for two more views to serve catch-ups
 
@@ -88,7 +115,7 @@ class NakAck(Layer):
                     self.blocked = True
                     self.up_event(Writable(self.name, False))
             self.seqno += 1
-            msg.headers[2] = [MSG, self.seqno]
+            msg.headers[2] = [MSG, self.seqno, self.view_counter]
             self.sent[self.seqno] = msg
         self.below.down(msg)
 
@@ -97,6 +124,7 @@ class NakAck(Layer):
         out = []
         n_out = 0
         windows = self.windows
+        vc = self.view_counter
         st = self.stats
         for m in batch:
             h = m.headers.get(2)
@@ -107,16 +135,18 @@ class NakAck(Layer):
             try:
                 typ, seq = h[0], h[1]
                 if typ == MSG:
-                    if type(seq) is not int:
+                    if type(seq) is not int or type(h[2]) is not int:
                         raise TypeError
-                    if len(h) > 2:  # retransmitted by a member other than the sender
-                        m.sender = self.ctx.book.get(h[2])
+                    m.dest = None  # a multicast, even when retransmitted to us alone
+                    if len(h) > 3:  # retransmitted by a member other than the sender
+                        m.sender = self.ctx.book.get(h[3])
                     w = windows.get(m.sender)
                     if w is None:
-                        st["dropped_unknown_sender"] += 1
+                        self._keep_early(m)
                     elif seq <= w.delivered or seq in w.pending:
                         st["duplicates"] += 1
-                    elif seq == w.delivered + 1 and not w.pending:
+                    elif seq == w.delivered + 1 and not w.pending and w.limit is None \
+                            and h[2] <= vc:
                         w.delivered = seq
                         if seq > w.highest:
                             w.highest = seq
@@ -129,19 +159,10 @@ class NakAck(Layer):
                     elif len(w.pending) >= self.config.max_pending:
                         st["dropped_window_full"] += 1
                     else:
-                        pending = w.pending
-                        pending[seq] = m
+                        w.pending[seq] = m
                         if seq > w.highest:
                             w.highest = seq
-                        nxt, store = w.delivered + 1, w.store
-                        while nxt in pending:
-                            d = store[nxt] = pending.pop(nxt)
-                            out.append(d)
-                            nxt += 1
-                        w.delivered = nxt - 1
-                        while len(store) > self.config.max_pending:
-                            del store[next(iter(store))]
-                            st["store_evicted"] += 1
+                        self._drain(w, out)
                 elif typ == XMIT_REQ:
                     self._retransmit(m.sender, seq, h[2] if len(h) > 2 else None)
                 elif typ == HIGHEST:
@@ -155,8 +176,58 @@ class NakAck(Layer):
         if out:
             st["delivered"] += len(out) - n_out
             self.above.up(out)
-        if self.catchup is not None:
+        if self.catchups:
             self._check_catchup()
+
+    def _keep_early(self, m: Message) -> None:
+        """A multicast from a member we have no window for yet (typically the coordinator's
+        messages racing its JOIN_RSP, or a joiner's first messages racing its VIEW): keep a
+        few, and replay them once the window exists, instead of waiting for a NAK."""
+        early = self.early.get(m.sender)
+        if early is None:
+            if len(self.early) >= EARLY_SENDERS:
+                self.stats["dropped_unknown_sender"] += 1
+                return
+            early = self.early[m.sender] = []
+        if len(early) < EARLY_PER_SENDER:
+            early.append(m)
+            self.stats["kept_early"] += 1
+        else:
+            self.stats["dropped_unknown_sender"] += 1
+
+    def _replay_early(self, view_counter=None) -> None:
+        """Run what arrived early through the normal path, now that windows exist; with
+        ``view_counter`` only what was sent in that view (a joiner's first messages), so
+        nothing from another component's past is ever replayed. The rest is forgotten."""
+        early, self.early = self.early, {}
+        batch = [m for sender, msgs in early.items() if sender in self.windows for m in msgs
+                 if view_counter is None or m.headers[2][2] == view_counter]
+        if batch:
+            self.ctx.schedule(0, lambda: self.up(batch))
+
+    def _drain(self, w: _Window, out: list) -> None:
+        """Move the contiguous run of pending messages (up to a flush limit) to ``out``."""
+        pending, store, vc = w.pending, w.store, self.view_counter
+        nxt, top = w.delivered + 1, w.limit
+        while nxt in pending and (top is None or nxt <= top) and pending[nxt].headers[2][2] <= vc:
+            store[nxt] = m = pending.pop(nxt)
+            out.append(m)
+            nxt += 1
+        w.delivered = nxt - 1
+        while len(store) > self.config.max_pending:
+            del store[next(iter(store))]
+            self.stats["store_evicted"] += 1
+
+    def _release(self) -> None:
+        """After a view change: deliver what waited beyond the flush limits or was sent in
+        the view just installed."""
+        out = []
+        for w in self.windows.values():
+            if w.pending:
+                self._drain(w, out)
+        if out:
+            self.stats["delivered"] += len(out)
+            self.above.up(out)
 
     # -- retransmission -----------------------------------------------------------------
     def _check_gaps(self) -> None:
@@ -204,7 +275,7 @@ class NakAck(Layer):
                     headers = m.headers
                     if not own:
                         headers = dict(headers)
-                        headers[2] = [MSG, s, orig_uid]
+                        headers[2] = [MSG, s, m.headers[2][2], orig_uid]
                     self.below.down(Message(requester, m.payload, m.flags, headers))
                     self.stats["retransmitted"] += 1
                 budget -= 1
@@ -226,31 +297,63 @@ class NakAck(Layer):
         if t is SetDigest:
             self.windows = {a: _Window(s) for a, s in ev.digest.items()}
             self.windows[self.ctx.local] = _Window(self.seqno)
+            self._replay_early()
             return None
         if t is Stability:
             self._stable(ev.digest)
             return None
         if t is OwnUnstable:
             return len(self.sent)
+        if t is Freeze:
+            if ev.view_id is not None and (self.frozen_for is None or self.frozen_for < ev.view_id):
+                self.frozen_for = ev.view_id
+            for addr in ev.members:
+                w = self.windows.get(addr)
+                if w is not None and w.limit is None:
+                    w.limit = w.delivered
+            return None
         if t is Catchup:
             for addr, (seqno, holder) in ev.targets.items():
                 w = self.windows.get(addr)
-                if w is not None and seqno > w.delivered:
+                if w is None:
+                    continue
+                if w.limit is not None:  # frozen (removed): up to the cut, no further
+                    w.limit = max(w.limit, seqno)
+                if seqno > w.delivered:
                     w.highest = max(w.highest, seqno)
                     w.xmit_from = holder if holder != self.ctx.local else None
-            self.catchup = ev
+            self.catchups.append(ev)
+            self._release()  # a raised limit may free what waited in order
             self._check_catchup()
             return None
         if t is MergeDigest:
+            others = set(ev.others)
             for addr, seqno in ev.digest.items():
-                if addr not in self.windows:
+                w = self.windows.get(addr)
+                if w is None:
                     self.windows[addr] = _Window(max(seqno, self.retired.pop(addr, 0)))
+                elif addr in others and w.delivered < seqno and addr != self.ctx.local:
+                    w.delivered, w.highest = seqno, max(seqno, w.highest)
+                    w.pending = {s: m for s, m in w.pending.items() if s > seqno}
             return None
         if t is ViewInstalled:
             members = ev.view.members
             old = self.windows
             retired = self.retired
             self.windows = {m: old.get(m) or _Window(retired.pop(m, 0)) for m in members}
+            self.view_counter = ev.view.view_id.id
+            self._replay_early(self.view_counter)
+            self.catchups = [c for c in self.catchups if not c.until_view]
+            # freezes belong to the flush of a view: a view that is not newer than the
+            # flushed one (we were late installing it) keeps them
+            thaw = self.frozen_for is None or self.frozen_for < ev.view.view_id
+            if thaw:
+                self.frozen_for = None
+            for w in self.windows.values():
+                w.xmit_from = None
+                if thaw:
+                    w.limit = None
+            self.ctx.schedule(0, self._release)
             self.departed = {a: (w, n - 1) for a, (w, n) in self.departed.items() if n > 1}
             for a, w in old.items():  # a member that comes back never redelivers
                 if a not in self.windows:
@@ -264,13 +367,24 @@ class NakAck(Layer):
         return self.below.down_event(ev)
 
     def _check_catchup(self) -> None:
-        ev = self.catchup
-        for addr, (seqno, _) in ev.targets.items():
+        done = [ev for ev in self.catchups if self._reached(ev.targets)]
+        if done:
+            self.catchups = [ev for ev in self.catchups if ev not in done]
+            for ev in done:
+                ev.callback()
+
+    def _reached(self, targets: dict) -> bool:
+        """Delivered up to every target - or held only by messages of a newer view, which
+        belong after the view change anyway."""
+        vc = self.view_counter
+        for addr, (seqno, _) in targets.items():
             w = self.windows.get(addr)
-            if w is not None and w.delivered < seqno:
-                return
-        self.catchup = None
-        ev.callback()
+            if w is None or w.delivered >= seqno:
+                continue
+            nxt = w.pending.get(w.delivered + 1)
+            if nxt is None or nxt.headers[2][2] <= vc:
+                return False
+        return True
 
     def _stable(self, digest: dict) -> None:
         own = min(digest.get(self.ctx.local, 0), self.seqno)
@@ -287,9 +401,4 @@ class NakAck(Layer):
                 continue
             if s > w.highest:
                 w.highest = s  # someone delivered more than we have: the last one was lost
-            store = w.store
-            while store:
-                first = next(iter(store))
-                if first > s:
-                    break
-                del store[first]
+            _purge(w.store, s)

@@ -12,8 +12,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional
 
 from .config import StackConfig
+from .discovery.bootstrap import seeded_uid
+from .discovery.store import MemoryStore, ScheduledStoreClient
 from .layer import MCAST
-from .message import Message
+from .message import ORDERED, Message
 from .view import Left, View, ViewChange
 
 
@@ -33,6 +35,12 @@ class SimOptions:
     """Uniform one-way delay range per packet copy."""
     reorder_delay_s: float = 0.01
     """Extra delay, up to this much, for a copy chosen for reordering."""
+    store_delay_s: tuple = (0.001, 0.005)
+    """Uniform latency of one call to the simulated discovery store (``Simulation.store``)."""
+    history: bool = True
+    """Keep every member's views, events and deliveries (``SimMember.views``/``events``/
+    ``delivered``), as tests read them. False keeps none (``SimMember.view`` is still the
+    current view): large simulations would otherwise hold every view ever installed."""
 
 
 class _Timer:
@@ -59,7 +67,10 @@ class SimMember:
         self.delivered: list[Message] = []
         self.events: list = []
         self.left: Optional[Left] = None
+        self.uids: list[bytes] = []  # the UUID of every incarnation
         self.on_message: Optional[Callable[["SimMember", list], None]] = None
+        # Host.store: this member's client of the simulation's one discovery store
+        self.store = ScheduledStoreClient(sim.store, sim._schedule, sim._store_delay)
 
     # Host protocol ------------------------------------------------------------------------
     def now(self) -> float:
@@ -72,9 +83,12 @@ class SimMember:
         self.sim._transmit(self, dest, data)
 
     def deliver(self, item: Any) -> None:
-        self.events.append(item)
+        keep = self.sim.options.history
+        if keep:
+            self.events.append(item)
         if type(item) is ViewChange:
-            self.views.append(item.view)
+            if keep:
+                self.views.append(item.view)
         elif type(item) is Left:
             self.left = item
             self.sim._schedule(0, self._stop_after_flush)
@@ -85,8 +99,9 @@ class SimMember:
         self.alive = False
 
     def deliver_messages(self, batch: list) -> None:
-        self.delivered.extend(batch)
-        self.events.extend(batch)
+        if self.sim.options.history:
+            self.delivered.extend(batch)
+            self.events.extend(batch)
         if self.on_message is not None:
             self.on_message(self, batch)
 
@@ -99,8 +114,10 @@ class SimMember:
     def view(self) -> Optional[View]:
         return self.stack.view if self.stack is not None else None
 
-    def send(self, payload: Any, dest=None) -> None:
-        self.stack.send(Message(dest, payload))
+    def send(self, payload: Any, dest=None, ordered: bool = False) -> None:
+        """Like Channel.send, without waiting: raises NotPrimary outside a primary
+        component (check ``writable`` first)."""
+        self.stack.send(Message(dest, payload, ORDERED if ordered else 0))
 
     @property
     def writable(self) -> bool:
@@ -112,7 +129,9 @@ class SimMember:
     def _boot(self) -> None:
         self.incarnation += 1
         rng = random.Random(f"{self.sim.seed}:{self.index}:{self.incarnation}")
-        self.stack = self.config.build(self.cluster, self.name, self, rng)
+        uid = seeded_uid(self.config, self.cluster, self.name, fresh=self.incarnation > 1)
+        self.stack = self.config.build(self.cluster, self.name, self, rng, uid=uid)
+        self.uids.append(self.stack.local.uid)
         self.alive, self.left = True, None
         self.stack.start()
         self.stack.connect()
@@ -135,6 +154,11 @@ class Simulation:
         self.cuts: set = set()              # frozenset({a, b}) links that drop everything
         self.packets = 0
         self.dropped = 0
+        self.store = MemoryStore()  # the discovery store; ``store.unavailable`` is an outage
+        self._store_rng = random.Random(f"{seed}:store")  # store latency draws only
+
+    def _store_delay(self) -> float:
+        return self._store_rng.uniform(*self.options.store_delay_s)
 
     def add_member(self, cluster: str, name: str, config: Optional[StackConfig] = None,
                    start: bool = True) -> SimMember:

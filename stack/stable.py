@@ -17,6 +17,7 @@ from .layer import Layer, MALFORMED
 from .message import CONTROL, Message
 
 GOSSIP, STABILITY = 0, 1
+_INT = {int}
 
 
 @dataclass
@@ -85,7 +86,7 @@ class Stable(Layer):
     def _on_gossip(self, sender, seqnos: list) -> None:
         if sender not in self.heard:
             return
-        if any(type(s) is not int for s in seqnos):
+        if not set(map(type, seqnos)) <= _INT:  # all ints (at C speed: O(N) per digest)
             raise TypeError
         self.digest = seqnos if self.digest is None else list(map(min, self.digest, seqnos))
         self.heard.discard(sender)
@@ -100,7 +101,7 @@ class Stable(Layer):
             self.below.down(Message(None, b"", CONTROL, {4: [STABILITY, self.vid, self.digest]}))
 
     def _on_stability(self, seqnos: list) -> None:
-        if any(type(s) is not int for s in seqnos):
+        if not set(map(type, seqnos)) <= _INT:  # all ints (at C speed: O(N) per digest)
             raise TypeError
         self.stats["stability_received"] += 1
         self.below.down_event(Stability(dict(zip(self.members, seqnos))))

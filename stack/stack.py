@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 from .address import Address
 from .errors import MessageTooLarge
-from .events import Connect, Leave, Writable
+from .events import AppBlocked, Connect, Leave, Writable
 from .layer import Bottom, Context, Host, Layer, Top
 from .message import Message
 from .view import ViewChange
@@ -35,7 +35,19 @@ class Stack:
             lower.above, upper.below = upper, lower
         for layer in chain:
             layer.init(self.ctx)
+        # pass-through shortcuts: a layer that does not override down() (up()) hands each
+        # message straight to the next layer below (above) that does - one Python call less
+        # per message and layer, same order and semantics
+        for layer in layers:
+            if type(layer).down is Layer.down:
+                layer.down = layer.below.down
+        for layer in reversed(layers):
+            if type(layer).up is Layer.up:
+                layer.up = layer.above.up
         self.top.note = self.note
+        # a layer that sets its own payload limit (FRAG, the top layer) replaces the bundle's
+        self.limit_layer = next((la for la in reversed(layers)
+                                 if hasattr(la, "max_message_size")), None)
         self.blocked: set[str] = set()
         self.view = None
         self.errors = 0
@@ -78,13 +90,22 @@ class Stack:
         p = msg.payload
         if isinstance(p, (bytes, bytearray, memoryview)) and len(p) > self.max_payload:
             raise MessageTooLarge(f"payload of {len(p)} bytes; at most {self.max_payload} "
-                                  f"fit one bundle")
+                                  f"fit one message")
         self.top.below.down(msg)
 
     @property
     def max_payload(self) -> int:
-        """Largest payload one message can carry (a bundle less room for headers)."""
+        """Largest payload one message can carry: the FRAG layer's ``max_message_size`` when
+        the stack has one, else a bundle less room for headers."""
+        if self.limit_layer is not None:
+            return self.limit_layer.max_message_size
         return self.transport.bundler.max_message - HEADER_ROOM
+
+    def set_app_blocked(self, blocked: bool) -> bool:
+        """The application fell behind (True) or caught up (False) consuming deliveries.
+        Flow control then holds deliveries and grants no credit, so senders block while
+        control traffic goes on. Returns False when no layer handles it (no flow control)."""
+        return bool(self.top.below.down_event(AppBlocked(blocked)))
 
     def receive(self, data: bytes, src: Any = None) -> None:
         """One packet from the network. Never raises: a layer bug is logged and counted."""
@@ -110,6 +131,11 @@ class Stack:
                 self.blocked.discard(ev.layer)
             else:
                 self.blocked.add(ev.layer)
+
+    def member_attributes(self) -> dict:
+        """{member: attributes} from the primary layer's last state exchange."""
+        from .primary import MemberAttributes
+        return self.top.below.down_event(MemberAttributes()) or {}
 
     def stats(self) -> dict:
         out = {layer.name: dict(layer.stats) for layer in self.layers}

@@ -24,6 +24,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import OrderedDict
+from operator import attrgetter
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -32,7 +33,8 @@ from .events import (AddPhysical, DiscoveryTargets, EmitTo, GetPhysical, MemberD
 from .layer import Layer
 from .message import CONTROL, NO_LOOPBACK, Message
 
-PING, ACK, PING_REQ, NACK, RUMORS, SUBSCRIBE, UNSUBSCRIBE, UNSUB_ACK = range(8)
+PING, ACK, PING_REQ, NACK, RUMORS, SUBSCRIBE, UNSUBSCRIBE, UNSUB_ACK, PUSH_PULL = range(9)
+STATE_CHUNK = 400  # member entries per state message (one bundle holds ~1,000 short ones)
 ADD, SUSPECT, ALIVE, REMOVE = range(4)
 ALIVE_S, SUSPECT_S, DEAD_S = range(3)
 
@@ -73,6 +75,11 @@ class SwimConfig:
     every probe timeout, and we do not report it dead while we heard from it within this
     window, whoever declared it dead. Larger windows trade slower detection of a member
     that flaps for fewer false exclusions."""
+    push_pull_interval_s: float = 10.0
+    """Gossip mode: about this often a member exchanges its whole member list with one
+    random member (memberlist's push-pull; scaled up by log2(N/32) beyond 32 members), which
+    repairs what the rumors missed, e.g. a member that heard of no ADD in a join storm and
+    whose anti-entropy window has passed. 0 disables it."""
 
 
 class _Node:
@@ -91,6 +98,13 @@ class _Probe:
         self.target, self.acked, self.nacks, self.asked = target, False, 0, 0
 
 
+_uid = attrgetter("uid")  # Address order, compared in C
+
+
+def _piggyback_order(entry: list) -> tuple:
+    return entry[2], -entry[1]
+
+
 class Swim(Layer):
     name = "swim"
     header_id = 7
@@ -105,18 +119,22 @@ class Swim(Layer):
         self.seq = 0
         self.probes: dict[int, _Probe] = {}
         self.relays: dict[int, tuple] = {}
-        self.queue: dict = {}  # rumor key -> [rumor, rounds left]
+        self.queue: dict = {}  # rumor key -> [rumor, rounds left, sent this round, rounds unsent]
         self.seen: OrderedDict = OrderedDict()
         self.ctimes: list[float] = []
         self.crumors: list = []
         self.tombstones: OrderedDict = OrderedDict()
         self.leaving = None
+        self.changed = False  # a MembersChanged report is scheduled
 
     def start(self) -> None:
         self.ctx.schedule(self.config.probe_interval_s * self.ctx.rng.random(), self._round)
         if self.config.mode == "gossip":
             self.ctx.schedule(self.config.announce_interval_s * self.ctx.rng.random(),
                               self._announce)
+            if self.config.push_pull_interval_s > 0:
+                self.ctx.schedule(self.config.push_pull_interval_s * self.ctx.rng.random(),
+                                  self._push_pull)
 
     # -- rounds -------------------------------------------------------------------------
     def _round(self) -> None:
@@ -128,13 +146,22 @@ class Swim(Layer):
                     if n.state == SUSPECT_S:
                         self._send(n.addr, [PING, 0, None])
             if self.queue:
-                live = [n.addr for n in self.nodes.values() if n.state != DEAD_S]
-                for dest in self.ctx.rng.sample(live, min(cfg.gossip_fanout, len(live))):
-                    self._send(dest, [RUMORS, 0])
+                # more rumors in flight than a message carries (a storm): more messages,
+                # up to four times the fanout, so that each still goes out every round
+                fanout = cfg.gossip_fanout * min(4, -(-len(self.queue) // cfg.max_piggyback))
+                nodes = self.nodes
+                addrs = list(nodes)  # (a list of keys is cheap; sample, then skip the dead)
+                for dest in self.ctx.rng.sample(addrs, min(fanout, len(addrs))):
+                    if nodes[dest].state != DEAD_S:
+                        self._send(dest, [RUMORS, 0])
             for key in list(self.queue):
                 entry = self.queue[key]
-                entry[1] -= 1
-                if entry[1] <= 0:
+                if entry[2]:  # it went out this round: one round of its life is spent
+                    entry[1] -= 1
+                    entry[2] = 0
+                else:  # no room for it this round (a storm of rumors): it waits, a while
+                    entry[3] += 1
+                if entry[1] <= 0 or entry[3] > entry[0][4]:
                     del self.queue[key]
         self.ctx.schedule(cfg.probe_interval_s * (1 + self.health), self._round)
 
@@ -184,9 +211,13 @@ class Swim(Layer):
         if p.asked and p.nacks < p.asked:
             self._health(+1)  # helpers did not even answer: we may be the slow one
         n = self.nodes.get(p.target)
-        if n is not None and n.state == ALIVE_S:
-            self.stats["suspicions"] += 1
-            rumor = [SUSPECT, n.addr.uid, n.inc, self.ctx.local.uid, self._rounds()]
+        me = self.ctx.local.uid
+        if n is not None and (n.state == ALIVE_S or
+                              (n.state == SUSPECT_S and me not in n.confirm)):
+            # a fresh suspicion, or (Lifeguard) our own independent confirmation of one
+            # already going round, which shortens its timeout everywhere
+            self.stats["suspicions" if n.state == ALIVE_S else "confirmations"] += 1
+            rumor = [SUSPECT, n.addr.uid, n.inc, me, self._rounds()]
             self._originate(rumor)
             self._send(n.addr, [RUMORS, 0], [rumor])  # tell the suspect directly
 
@@ -206,11 +237,14 @@ class Swim(Layer):
             return []
         entries = self.queue.values()
         if len(self.queue) > self.config.max_piggyback:
-            entries = sorted(entries, key=lambda e: -e[1])[:self.config.max_piggyback]
+            # the least sent this round first, then the freshest: when more rumors are in
+            # flight than one message carries, successive messages carry different ones
+            entries = sorted(entries, key=_piggyback_order)[:self.config.max_piggyback]
         out = []
-        for rumor, left in entries:
-            r = list(rumor)
-            r[4] = left
+        for e in entries:
+            e[2] += 1
+            r = list(e[0])
+            r[4] = e[1]
             out.append(r)
         return out
 
@@ -282,6 +316,10 @@ class Swim(Layer):
                 self.leaving = None
                 self.active = False
                 self.above.up_event(MembersChanged(()))
+        elif typ == PUSH_PULL:
+            self._merge_state(h[2])
+            if h[1] and self.active and self.leaving is None:
+                self._send_state(sender, PUSH_PULL, 0)
         elif typ != RUMORS:
             self.malformed()
 
@@ -318,7 +356,7 @@ class Swim(Layer):
             del self.ctimes[:self.config.rumor_cache]
             del self.crumors[:self.config.rumor_cache]
         if self._effect(kind, self.ctx.book.get(uid), inc, extra) and left > 1:
-            self.queue[key] = [[kind, uid, inc, extra, left], left - 1]
+            self.queue[key] = [[kind, uid, inc, extra, left], left - 1, 0, 0]
 
     def _effect(self, kind: int, addr, inc: int, extra) -> bool:
         """Apply one rumor to the member list; True if it was news worth spreading."""
@@ -330,7 +368,7 @@ class Swim(Layer):
         n = self.nodes.get(addr)
         gossip = self.config.mode == "gossip"
         if kind in (ADD, ALIVE):
-            if extra:
+            if extra and (n is None or inc > n.inc):  # (a known incarnation: known address)
                 self.ctx.book.get(addr.uid, str(extra[0]))
                 self.below.down_event(AddPhysical(addr, (str(extra[1]), int(extra[2]))))
             if n is None:
@@ -353,6 +391,7 @@ class Swim(Layer):
             if n.state == ALIVE_S or inc > n.inc:
                 n.inc, n.state = inc, SUSPECT_S
                 n.since, n.confirm = self.ctx.now(), {extra}
+                self.order.append(addr)  # probe it next: our verdict confirms or refutes
                 self.above.up_event(Suspect(addr))
             elif extra in n.confirm:
                 return False
@@ -432,8 +471,17 @@ class Swim(Layer):
             self.above.up_event(MemberDead(n.addr, reason))
 
     def _members_changed(self) -> None:
+        """Gossip mode: report the list once at the end of this turn, however many members
+        one packet added or removed (a state answer or 16 piggybacked ADDs is one view,
+        not one view per member: O(N) per view, so O(N) views would cost O(N^2))."""
+        if self.active and not self.changed:
+            self.changed = True
+            self.ctx.schedule(0, self._report_members)
+
+    def _report_members(self) -> None:
+        self.changed = False
         if self.active:
-            members = tuple(sorted([self.ctx.local, *self.nodes]))
+            members = tuple(sorted([self.ctx.local, *self.nodes], key=_uid))
             self.above.up_event(MembersChanged(members))
 
     # -- gossip-mode membership -----------------------------------------------------------
@@ -461,14 +509,56 @@ class Swim(Layer):
                           self._announce)
 
     def _on_subscribe(self, sender, info, inc) -> None:
-        """A newcomer: spread ADD, and hand it the whole list (seed: /membership/subscribe)."""
+        """A newcomer: spread ADD, and hand it the whole list (seed: /membership/subscribe),
+        in messages of at most STATE_CHUNK members (a large list exceeds one bundle)."""
         self._originate([ADD, sender.uid, int(inc), info, self._rounds()])
-        state = [[ALIVE, self.ctx.local.uid, self.inc, self._self_info(), 1]]
+        state = [[ALIVE, uid, inc, info, 1] for uid, inc, info in self._state(sender)]
+        for k in range(0, len(state), STATE_CHUNK):
+            self.below.down(Message(sender, b"", CONTROL,
+                                    {7: [RUMORS, 0, state[k:k + STATE_CHUNK]]}))
+
+    def _state(self, exclude=None) -> list:
+        """[uid, incarnation, [name, host, port] or None] of us and every live member."""
+        out = [[self.ctx.local.uid, self.inc, self._self_info()]]
         for a, n in self.nodes.items():
-            if a != sender and n.state != DEAD_S:
+            if a != exclude and n.state != DEAD_S:
                 p = self.below.down_event(GetPhysical(a))
-                state.append([ALIVE, a.uid, n.inc, [a.name, p[0], p[1]] if p else None, 1])
-        self.below.down(Message(sender, b"", CONTROL, {7: [RUMORS, 0, state]}))
+                out.append([a.uid, n.inc, [a.name, p[0], p[1]] if p else None])
+        return out
+
+    def _push_pull(self) -> None:
+        """Gossip mode: send our whole list to one random member, which merges it and
+        answers with its own."""
+        cfg = self.config
+        if self.active and self.leaving is None:
+            live = [a for a, n in self.nodes.items() if n.state != DEAD_S]
+            if live:
+                self.stats["push_pulls"] += 1
+                self._send_state(self.ctx.rng.choice(live), PUSH_PULL, 1)
+        size = len(self.nodes) + 1
+        scale = 1 + max(0, math.ceil(math.log2(size) - 5)) if size > 32 else 1
+        self.ctx.schedule(cfg.push_pull_interval_s * scale * (0.5 + self.ctx.rng.random()),
+                          self._push_pull)
+
+    def _send_state(self, dest, typ: int, want_reply: int) -> None:
+        state = self._state()
+        for k in range(0, len(state), STATE_CHUNK):
+            self.below.down(Message(dest, b"", CONTROL,
+                                    {7: [typ, want_reply if k == 0 else 0,
+                                         state[k:k + STATE_CHUNK], []]}))
+
+    def _merge_state(self, entries: list) -> None:
+        """Members another member lists: unknown ones are added (unless we buried them at
+        that incarnation), newer incarnations taken. A repair, not news: nothing is
+        gossiped or cached as a rumor, and nobody is removed (failure detection does
+        that)."""
+        local = self.ctx.local
+        for uid, inc, info in entries:
+            if type(uid) is not bytes or type(inc) is not int:
+                raise TypeError("state entry")
+            addr = self.ctx.book.get(uid)
+            if addr != local:
+                self._effect(ALIVE, addr, inc, info)
 
     def _unsubscribe(self) -> None:
         """Tell one member at a time until one confirms (seed: UNSUBSCRIPTION)."""
@@ -511,6 +601,7 @@ class Swim(Layer):
         elif t is MemberDead:
             n = self.nodes.get(ev.addr)
             if n is not None and n.state != DEAD_S:
+                n.heard = -1e9  # an external, confirmed verdict (Ray): no verification wait
                 self._originate([REMOVE, n.addr.uid, n.inc, None, self._rounds()])
             return n is not None
         elif t is Subscribe:

@@ -1,8 +1,10 @@
 """``Channel``: the asyncio face of one member (JGroups' JChannel).
 
 Owns a Runtime (real sockets) and a Stack. Deliveries go into a bounded queue; when the
-application falls ``max_queued`` behind, the runtime stops reading sockets until it
-catches up (the network and the reliability layers hold the rest).
+application falls ``max_queued`` behind, the channel tells the stack
+(``stack.set_app_blocked``): flow control holds further deliveries and stops granting
+credits, so senders block, while acks, probes and views keep flowing. Without a flow
+control layer (gossip mode) the runtime stops reading sockets instead until it catches up.
 """
 from __future__ import annotations
 
@@ -11,19 +13,30 @@ import collections
 import os
 import random
 import uuid
-from typing import Any, AsyncIterator, Iterable, Optional
+from typing import Any, AsyncIterator, Callable, Iterable, Optional
 
 from ..config import StackConfig
-from ..errors import GroupClosed, JoinTimeout, NotConnected
-from ..message import Message
+from ..errors import GroupClosed, JoinTimeout, NotConnected, NotPrimary
+from ..message import ORDERED, Message
+from ..state_transfer import StateTransferFailed
 from ..view import Left, View, ViewChange
 from .host import Runtime
+from .stores import prepare_channel
 
 
 class Channel:
     def __init__(self, cluster: str, name: Optional[str] = None,
-                 config: Optional[StackConfig] = None, max_queued: int = 100_000):
+                 config: Optional[StackConfig] = None, max_queued: int = 100_000,
+                 store: Any = None, get_state: Optional[Callable[[], bytes]] = None,
+                 set_state: Optional[Callable[[bytes], None]] = None):
+        """``store``: the StoreClient of store discovery (e.g. one that forwards to the
+        node's DiscoverySupervisor); by default opened from ``config.store.url``. With a
+        bootstrap file and no ``name``, the channel takes the next line's name (file order).
+        ``get_state``/``set_state``: state transfer to joiners; get_state runs in delivery
+        order, so state kept by applying messages as they are delivered matches exactly."""
+        self._state_handlers = (get_state, set_state)
         self.cluster = cluster
+        self._named, self._store = name is not None, store
         self.name = name or uuid.uuid4().hex[:8]
         self.config = config or StackConfig.local()
         self.max_queued = max_queued
@@ -46,10 +59,16 @@ class Channel:
         self._ready, self._writable = asyncio.Event(), asyncio.Event()
         self._writable.set()
         self._joined, self._left = loop.create_future(), loop.create_future()
-        self.runtime = Runtime(self.config.transport, self.config.needs_mcast_socket)
+        # store discovery: the store client, a bootstrap file's identity (uid, name, port)
+        cfg, uid, self.name, store = await prepare_channel(self.config, self.cluster,
+                                                           self.name, self._named, self._store)
+        self.runtime = Runtime(cfg.transport, cfg.needs_mcast_socket)
+        self.runtime.store = store
         await self.runtime.start()
         rng = random.Random(int.from_bytes(os.urandom(16), "big"))
-        self.stack = self.config.build(self.cluster, self.name, self.runtime, rng)
+        self.stack = cfg.build(self.cluster, self.name, self.runtime, rng, uid=uid)
+        if self._state_handlers != (None, None):
+            self.stack.layer("state_transfer").handlers(*self._state_handlers)
         self.runtime.attach(self.stack, self._on_event, self._on_messages)
         self.stack.start()
         self.stack.connect()
@@ -101,23 +120,59 @@ class Channel:
             out["runtime"] = dict(self.runtime.stats)
         return out
 
-    # -- sending ------------------------------------------------------------------------
-    async def send(self, payload: Any, dest=None) -> None:
-        """Reliable FIFO multicast to the view (self included), or unicast to ``dest``."""
-        self._check_open()
-        while not self.stack.writable:
-            self._writable.clear()
-            await self._writable.wait()
-            self._check_open()
-        self.stack.send(Message(dest, payload))
+    def report_dead(self, addr, reason: str = "external") -> None:
+        """An external failure signal (e.g. Ray reports the member's actor or node dead):
+        sent down as ``MemberDead`` to SWIM, which spreads it as a REMOVE rumor; GMS excludes
+        the member on the verdict."""
+        if self.stack is None:
+            raise NotConnected("connect() first")
+        from ..events import MemberDead
+        self.stack.top.below.down_event(MemberDead(addr, reason))
 
-    async def send_many(self, payloads: Iterable[Any], dest=None) -> None:
+    # -- sending ------------------------------------------------------------------------
+    async def send(self, payload: Any, dest=None, ordered: bool = False) -> None:
+        """Reliable FIFO multicast to the view (self included), or unicast to ``dest``;
+        ``ordered=True``: the same total order at every member. Waits while the stack
+        pushes back (flow control, a flush); outside a primary component it waits up to
+        ``primary.send_timeout_s`` and raises NotPrimary (at once with
+        ``primary__block_sends=False``)."""
+        self._check_open()
+        if not self.stack.writable:
+            await self._wait_writable()
+        self.stack.send(Message(dest, payload, ORDERED if ordered else 0))
+
+    async def send_many(self, payloads: Iterable[Any], dest=None, ordered: bool = False) -> None:
+        flags = ORDERED if ordered else 0
+        self._check_open()
+        stack = self.stack
+        send = stack.send
         for p in payloads:
-            if not self.stack.writable:
-                await self.send(p, dest)
-            else:
+            if self._closed or stack.blocked:  # (stack.writable, without a call per message)
                 self._check_open()
-                self.stack.send(Message(dest, p))
+                if stack.blocked:
+                    await self._wait_writable()
+            send(Message(dest, p, flags))
+
+    async def _wait_writable(self) -> None:
+        pc = self.config.primary
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + pc.send_timeout_s
+        while not self.stack.writable:
+            if "primary" in self.stack.blocked:
+                if not pc.block_sends or loop.time() >= deadline:
+                    raise NotPrimary(f"{self.name} is not in a primary component")
+            self._writable.clear()
+            try:
+                await asyncio.wait_for(self._writable.wait(), max(0.0, deadline - loop.time()))
+            except asyncio.TimeoutError:
+                pass
+            self._check_open()
+
+    def member_attributes(self) -> dict:
+        """Every member's state-exchange attributes (address, port, status, primary_id,
+        joiner), the same answer on every member (seed 002 FR-1)."""
+        self._check_open()
+        return self.stack.member_attributes()
 
     def _check_open(self) -> None:
         if self.stack is None or self.view is None:
@@ -132,6 +187,27 @@ class Channel:
             ev = await self._next(timeout)
             if type(ev) is Message:
                 return ev
+
+    async def receive_many(self, max_items: int = 4096,
+                           timeout: Optional[float] = None) -> list:
+        """The messages waiting, in delivery order: at least one (waiting up to ``timeout``),
+        at most ``max_items``. The batch form of ``receive``, one await per batch instead of
+        one per message (view changes are skipped; use ``events()`` to see them)."""
+        out: list = []
+        q = self._queue
+        while not out:
+            ev = await self._next(timeout)
+            if type(ev) is Message:
+                out.append(ev)
+            while q and len(out) < max_items:
+                ev = q.popleft()
+                if type(ev) is Message:
+                    out.append(ev)
+        if self._paused and len(q) < self.max_queued // 2:
+            self._paused = False
+            if not self.stack.set_app_blocked(False):  # releases what flow control held
+                self.runtime.resume_reading()
+        return out
 
     async def events(self) -> AsyncIterator[Any]:
         """ViewChange and Message events in delivery order, until the channel closes."""
@@ -153,7 +229,8 @@ class Channel:
         ev = self._queue.popleft()
         if self._paused and len(self._queue) < self.max_queued // 2:
             self._paused = False
-            self.runtime.resume_reading()
+            if not self.stack.set_app_blocked(False):  # releases what flow control held
+                self.runtime.resume_reading()
         return ev
 
     # -- from the stack -----------------------------------------------------------------
@@ -162,7 +239,8 @@ class Channel:
         self._ready.set()
         if not self._paused and len(self._queue) >= self.max_queued:
             self._paused = True
-            self.runtime.pause_reading()
+            if not self.stack.set_app_blocked(True):
+                self.runtime.pause_reading()
 
     def _on_event(self, ev: Any) -> None:
         t = type(ev)
@@ -171,6 +249,9 @@ class Channel:
             self._ready.set()
             if not self._joined.done():
                 self._joined.set_result(ev.view)
+        elif t is StateTransferFailed:
+            self._queue.append(ev)
+            self._ready.set()
         elif t is Left:
             if not self._left.done():
                 self._left.set_result(ev)

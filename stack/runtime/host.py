@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections import Counter
 from typing import Any, Callable, Optional
 
@@ -14,6 +15,14 @@ PORT_ATTEMPTS = 16
 
 def _ignore(_item: Any) -> None:
     pass
+
+
+def raise_gc_threshold(threshold: tuple) -> None:
+    """Raise CPython's collector thresholds to at least ``threshold`` (never lower them)."""
+    now = gc.get_threshold()
+    want = tuple(max(int(a), b) for a, b in zip(threshold, now))
+    if want != now:
+        gc.set_threshold(*want)
 
 
 class Runtime:
@@ -39,10 +48,14 @@ class Runtime:
         self.on_event: Callable[[Any], None] = _ignore
         self.on_messages: Callable[[list], None] = _ignore
         self.mcast_dest = (config.mcast_addr, config.mcast_port)
+        self.store: Any = None
+        """Host.store: the StoreClient of store discovery (set by the channel), else None."""
 
     async def start(self) -> None:
         self.loop = loop = asyncio.get_running_loop()
         cfg = self.config
+        if cfg.gc_threshold:
+            raise_gc_threshold(cfg.gc_threshold)
         if cfg.kind == "tcp":
             lsock, usock = self._bind_tcp()
         elif cfg.kind == "udp":
@@ -110,7 +123,10 @@ class Runtime:
                 part.resume_reading()
 
     async def close(self) -> None:
-        """Close sockets and connections (written TCP data is still flushed)."""
+        """Close sockets and connections (written TCP data is still flushed); store calls
+        in flight (a leaving coordinator's delete) get up to 2 s to finish."""
+        if self.store is not None and hasattr(self.store, "drain"):
+            await self.store.drain(2.0)
         for part in (self.udp, self.tcp):
             if part is not None:
                 part.close()

@@ -4,24 +4,46 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from raygroups.stack.message import Message
+from raygroups.stack.view import ViewChange
+
+
+def _vid(view) -> tuple:
+    return (view.view_id.coord.uid, view.view_id.id)
+
+
+def _parse(payload: bytes) -> tuple:
+    """(stream, k): stream is the sender's uid, + b"O" for its ordered messages."""
+    return payload[:16] + payload[20:], int.from_bytes(payload[16:20], "big")
+
+
+def _member_of(change: ViewChange, member) -> bool:
+    """Whether the member that got ``change`` belongs to the new view (an excluded member
+    sees the view that drops it, but does not move into it)."""
+    uids = {a.uid for a in change.view.members}
+    return any(msg_uid in uids for msg_uid in member.uids)
+
 
 class History:
     def __init__(self, sim):
         self.sim = sim
         self.sent = []          # (sender_uid, k, frozenset(view member uids at send time))
         self.counters = defaultdict(int)
+        self.primary_at_send = []
 
-    def send(self, m) -> None:
-        """Multicast the next numbered message from member m (if it can send now)."""
+    def send(self, m, ordered: bool = False) -> None:
+        """Multicast the next numbered message from member m (if it can send now). Ordered
+        (total order) messages are numbered in a stream of their own, keyed uid + b"O"."""
         if not m.alive or m.view is None or m.address not in m.view or not m.writable:
             return
         if m.stack.layer("gms").state.value != "member":
             return
-        uid = m.address.uid
-        self.counters[uid] += 1
-        k = self.counters[uid]
-        self.sent.append((uid, k, frozenset(a.uid for a in m.view.members)))
-        m.send(uid + k.to_bytes(4, "big"))
+        stream = m.address.uid + (b"O" if ordered else b"")
+        self.counters[stream] += 1
+        k = self.counters[stream]
+        self.sent.append((stream, k, frozenset(a.uid for a in m.view.members)))
+        self.primary_at_send.append(m.view.primary)
+        m.send(m.address.uid + k.to_bytes(4, "big") + stream[16:], ordered=ordered)
 
     def fail(self, text: str) -> None:
         raise AssertionError(f"{text}; reproduce with --sim-seed={self.sim.seed}")
@@ -43,9 +65,54 @@ class History:
         """sender uid -> list of k delivered by m's current incarnation, in order."""
         out = defaultdict(list)
         for msg in m.delivered:
-            p = msg.payload
-            out[p[:16]].append(int.from_bytes(p[16:], "big"))
+            stream, k = _parse(msg.payload)
+            out[stream].append(k)
         return out
+
+    def ordered_by_view(self, m) -> dict:
+        """view id -> the ordered messages m delivered while in that view, in order."""
+        out, current = defaultdict(list), None
+        for ev in m.events:
+            if isinstance(ev, ViewChange):
+                current = _vid(ev.view)
+            elif isinstance(ev, Message) and ev.payload[20:] == b"O":
+                out[current].append(_parse(ev.payload))
+        return out
+
+    def check_total_order(self) -> None:
+        """Members deliver the ordered messages of a view in that view's one order (its
+        sequencer's), and no member delivers one twice. (Across a partition, messages the
+        minority's old sequencer ordered in its last view may be ordered again by the
+        primary component: the minority cannot tell the others in time.)"""
+        seen = {}
+        for m in self.sim.members:
+            every = [x for seq in self.ordered_by_view(m).values() for x in seq]
+            if len(set(every)) != len(every):
+                self.fail(f"{m.name} delivered an ordered message twice")
+            for vid, seq in self.ordered_by_view(m).items():
+                for name, other in seen.get(vid, ()):
+                    common = set(seq) & set(other)
+                    if [x for x in seq if x in common] != [x for x in other if x in common]:
+                        self.fail(f"{m.name} and {name} delivered the ordered messages of view "
+                                  f"{vid[1]} in different orders")
+                seen.setdefault(vid, []).append((m.name, seq))
+
+    def check_primary(self) -> None:
+        """At most one primary component per primary view-id; view-id 0 outside one; no
+        message was sent outside a primary component."""
+        by_pid = {}
+        for m in self.sim.members:
+            for v in m.views:
+                if not v.primary:
+                    if v.primary_id != 0:
+                        self.fail(f"{m.name}: non-primary {v.view_id} has primary id {v.primary_id}")
+                    continue
+                other = by_pid.setdefault(v.primary_id, (m.name, _vid(v)))
+                if other[1] != _vid(v):
+                    self.fail(f"primary id {v.primary_id} given to two views: {other[1]} "
+                              f"at {other[0]} and {_vid(v)} at {m.name}")
+        if not all(self.primary_at_send):
+            self.fail("a message was sent outside a primary component")
 
     def check_fifo(self, gaps: bool = False) -> None:
         """Per sender in order without duplicates; ``gaps`` allows the holes a partition
@@ -64,6 +131,26 @@ class History:
                 if me in members and k not in set(got.get(sender, ())):
                     self.fail(f"{m.name} never delivered message {k} of {sender.hex()[:8]}")
 
+    def check_virtual_synchrony(self) -> None:
+        """Members that move together from view V to view V' (as members of V') delivered
+        the same messages while in V."""
+        seen = {}
+        for m in self.sim.members:
+            current, got = None, set()
+            for ev in m.events:
+                if isinstance(ev, ViewChange):
+                    nxt = _vid(ev.view)
+                    if current is not None and _member_of(ev, m):
+                        key = (current, nxt)
+                        other = seen.setdefault(key, (m.name, frozenset(got)))
+                        if other[1] != got:
+                            diff = sorted(other[1] ^ got)[:5]
+                            self.fail(f"{m.name} and {other[0]} moved from {current} to {nxt} "
+                                      f"having delivered different messages, e.g. {diff}")
+                    current, got = nxt, set()
+                elif isinstance(ev, Message):
+                    got.add(_parse(ev.payload))
+
     def check_errors(self) -> None:
         for m in self.sim.members:
             if m.stack.errors:
@@ -71,6 +158,7 @@ class History:
 
     def check_all(self, survivors) -> None:
         self.check_views()
+        self.check_virtual_synchrony()
         self.check_fifo()
         self.check_no_loss(survivors)
         self.check_errors()

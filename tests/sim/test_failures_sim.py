@@ -74,6 +74,7 @@ def test_crashes_partitions_heals(sim_seed):
         traffic(sim, h, members, rng.uniform(0.2, 1.0))
     sim.run_until(lambda: one_view(members), 30, "one view after the last heal")
     h.check_views()
+    h.check_virtual_synchrony()
     h.check_fifo(gaps=True)
     h.check_errors()
     final = next(m for m in members if m.alive).view
@@ -119,6 +120,7 @@ def test_coordinator_crash_loses_nothing_a_survivor_delivered(sim_seed):
     got = [tuple(h.delivered_by(m)[victim_uid]) for m in survivors]
     assert len(set(got)) == 1, f"survivors disagree on the crashed member's messages: {got}"
     h.check_views()
+    h.check_virtual_synchrony()
     h.check_fifo()
     h.check_errors()
     # messages of survivors: nobody lost any

@@ -85,18 +85,26 @@ class Below(Layer):
 
 
 class Above(Layer):
-    """Records the batches and events that come up."""
+    """Records the batches and events that come up; answers events from ``answers`` (type ->
+    value or fn(ev)), like ``Below``."""
     name = "above"
 
-    def __init__(self) -> None:
+    def __init__(self, answers: dict | None = None) -> None:
         super().__init__()
-        self.batches, self.events = [], []
+        self.batches, self.events, self.answers = [], [], dict(answers or {})
 
     def up(self, batch: list) -> None:
         self.batches.append(list(batch))
 
     def up_event(self, ev: Any) -> Any:
         self.events.append(ev)
+        a = self.answers.get(type(ev))
+        return a(ev) if callable(a) else a
+
+    def take(self) -> list:
+        """The messages delivered so far (and forget them)."""
+        out, self.batches = self.messages, []
+        return out
 
     @property
     def messages(self) -> list:
@@ -135,6 +143,10 @@ class Sandwich:
 
     def up(self, *msgs) -> None:
         self.layers[0].up(list(msgs))
+
+    def up_event(self, ev: Any) -> Any:
+        """An event from below (e.g. GMS's ViewChange) into the lowest layer."""
+        return self.layers[0].up_event(ev)
 
     def down_event(self, ev: Any) -> Any:
         return self.layer.down_event(ev)

@@ -1,16 +1,25 @@
 """GMS in a sandwich (and over a real NAKACK for the join digest): joining, founding, the
-coordinator's pending membership and view bundling, JOIN_RSP, VIEW_ACKs, leaving."""
+coordinator's pending membership and view bundling, JOIN_RSP, VIEW_ACKs, leaving, exclusion
+(singleton views, NOT_MEMBER, stale INFOs).
+
+Every view change runs a FLUSH first (tests/unit/test_flush.py covers it in detail): a lone
+coordinator's flush completes at once (its own FLUSH_OK/DONE are handled locally, and the
+Below answers Catchup by calling back unless ``s.catchup_now`` is False); with peers,
+``run_flush`` answers FLUSH_OK and FLUSH_DONE for them."""
 import pytest
 
 from raygroups.stack.address import Address
-from raygroups.stack.events import (AddPhysical, Connect, FindMembers, GetDigest, GetPhysical,
-                                    Leave, MembershipStatus, OwnUnstable, PingData, RunStable,
-                                    SetDigest, ViewInstalled)
-from raygroups.stack.gms import (JOIN_REQ, JOIN_RSP, LEAVE_REQ, VIEW, VIEW_ACK, Gms, GmsConfig,
-                                 State)
+from raygroups.stack.events import (AddPhysical, Catchup, Connect, FindMembers, Freeze,
+                                    GetDigest, GetPhysical, Leave, MemberDead, MembershipStatus,
+                                    MergeDigest, MergeInfo, OwnUnstable, PingData, RunStable,
+                                    SetDigest, Unsuspect, ViewInstalled, Writable)
+from raygroups.stack.flush import FLUSH_CUT, FLUSH_DONE, FLUSH_OK, START_FLUSH
+from raygroups.stack.gms import (JOIN_REQ, JOIN_RSP, LEAVE_REQ, NOT_MEMBER, STALE_INFOS, VIEW,
+                                 VIEW_ACK, Gms, GmsConfig, SendBlocked, State, cut)
+from raygroups.stack.gms_merge import INSTALL_MERGE, MERGE_REQ, MERGE_RSP
 from raygroups.stack.message import CONTROL, INTERNAL, Message
 from raygroups.stack.nakack import MSG, NakAck, NakAckConfig
-from raygroups.stack.view import Left, View, ViewChange, ViewId, view_to_wire
+from raygroups.stack.view import Left, MergeView, View, ViewChange, ViewId, view_to_wire
 
 from .sandwich import Sandwich
 
@@ -27,8 +36,17 @@ def make(nakack=False, **cfg):
     s.gms = gms
     s.phys = {None: OWN_PHYS}
     s.unstable = 0
+    s.digest = {}
+    s.catchups = []  # Catchup events NAKACK was given (without NAKACK: reached at once)
+    s.catchup_now = True
+
+    def catchup(ev):
+        s.catchups.append(ev)
+        if s.catchup_now:
+            ev.callback()
     s.below.answers.update({GetPhysical: lambda ev: s.phys.get(ev.addr),
-                            GetDigest: lambda ev: {}, OwnUnstable: lambda ev: s.unstable})
+                            GetDigest: lambda ev: dict(s.digest),
+                            OwnUnstable: lambda ev: s.unstable, Catchup: catchup})
     return s
 
 
@@ -50,6 +68,35 @@ def loopback(s):
     """Feed the coordinator's own multicast VIEWs back up, as the transport would."""
     for m in [m for m in s.below.take() if m.dest is None]:
         s.up(Message(None, m.payload, m.flags, dict(m.headers), s.local))
+
+
+def wire_digest(digest):
+    return [[a.uid, n] for a, n in digest.items()]
+
+
+def flush_ok(s, who, fid, view=None, digest=None):
+    """``who``'s FLUSH_OK: [FLUSH_OK, fid, its view, its digest (own entry: what it sent)]."""
+    view = view or s.gms.view
+    return Message(s.local, b"", INTERNAL,
+                   {5: [FLUSH_OK, fid, view_to_wire(view), wire_digest(digest or {})]}, who)
+
+
+def flush_done(s, who, fid):
+    return Message(s.local, b"", INTERNAL, {5: [FLUSH_DONE, fid]}, who)
+
+
+def run_flush(s, views=None, digests=None):
+    """Answer the coordinator's last START_FLUSH for every peer it went to: FLUSH_OK (each
+    peer's view and digest from ``views``/``digests``), then FLUSH_DONE after the cut."""
+    starts = sent(s, START_FLUSH)
+    assert starts, "no flush started"
+    fid = hdr(starts[-1])[1]
+    peers = [m.dest for m in starts if hdr(m)[1] == fid]
+    views, digests = views or {}, digests or {}
+    s.up(*[flush_ok(s, p, fid, views.get(p), digests.get(p)) for p in peers])
+    assert sorted(m.dest for m in sent(s, FLUSH_CUT) if hdr(m)[1] == fid) == sorted(peers)
+    s.up(*[flush_done(s, p, fid) for p in peers])
+    return fid, peers
 
 
 def view_hdr(view, phys=()):
@@ -214,6 +261,12 @@ def test_coordinator_bundles_joins_and_a_leave_into_one_view():
     s.up(join_req(s, e, ["10.0.0.5", 7800]))
     assert s.below.sent == []  # bundled for view_bundling_s
     s.advance(0.01)
+    # one flush of the current view's members (the leaver too, not the joiners) first
+    starts = sent(s, START_FLUSH)
+    assert sorted(m.dest for m in starts) == sorted([s.b, s.c])
+    assert sent(s, VIEW) == [] and sent(s, JOIN_RSP) == []
+    run_flush(s)
+    assert s.gms.stats["flushes"] == 2  # this one and the one for view 2
     [v] = [m for m in sent(s, VIEW) if m.dest is None]
     assert v.flags == INTERNAL  # reliable (NAKACK), not CONTROL
     members = [uid for uid, _ in hdr(v)[1][2]]
@@ -231,17 +284,20 @@ def test_requests_during_a_view_in_flight_build_on_the_pending_membership():
     d, e, f = s.addr("D"), s.addr("E"), s.addr("F")
     s.up(join_req(s, d))
     s.advance(0.01)
+    run_flush(s)
     flight = s.below.take()
     [v3] = [m for m in flight if hdr(m)[0] == VIEW and m.dest is None]
     # view 3 {me, B, C, D} is in flight (not installed, not acked); more requests arrive
     s.up(join_req(s, e), leave_req(s, d), leave_req(s, s.b), join_req(s, f))
     s.advance(0.5)
-    assert sent(s, VIEW) == []  # one view change at a time
+    assert sent(s, VIEW) == [] and sent(s, START_FLUSH) == []  # one view change at a time
     s.up(Message(None, b"", INTERNAL, dict(v3.headers), s.local))  # installs view 3
     s.up(ack(s, s.b, 3), ack(s, s.c, 3))
-    assert sent(s, VIEW) == []  # D has not acked yet
+    assert sent(s, VIEW) == [] and sent(s, START_FLUSH) == []  # D has not acked yet
     s.up(ack(s, d, 3))
     s.advance(0.01)
+    assert sorted(m.dest for m in sent(s, START_FLUSH)) == sorted([s.b, s.c, d])
+    run_flush(s)
     [v4] = [m for m in sent(s, VIEW) if m.dest is None]
     assert hdr(v4)[1][1] == 4
     assert [uid for uid, _ in hdr(v4)[1][2]] == [s.local.uid, s.c.uid, e.uid, f.uid]
@@ -253,15 +309,40 @@ def test_join_rsp_digest_has_the_view_seqno_for_the_coordinator():
     s = coordinator(nakack=True)
     for i in range(3):
         s.down(Message(None, f"app{i}"))
+    loopback(s)  # the coordinator delivers its own multicasts too (its flush waits for them)
+    s.up(Message(None, "b1", 0, {2: [MSG, 1, 2]}, s.b), Message(None, "b2", 0, {2: [MSG, 2, 2]}, s.b))
     s.up(join_req(s, s.addr("D")))
     s.advance(0.01)
+    run_flush(s, digests={s.b: {s.local: 4, s.b: 2}, s.c: {s.local: 4, s.b: 1}})
     [view] = [m for m in sent(s, VIEW) if m.dest is None]
     [rsp] = sent(s, JOIN_RSP)
     digest = dict((uid, seq) for uid, seq in hdr(rsp)[2])
-    # coordinator: view 2 (seqno 1), three app messages, then this VIEW
-    assert view.headers[2] == [MSG, 5]
-    assert digest[s.local.uid] == 5
-    assert set(digest) == {s.local.uid, s.b.uid, s.c.uid}  # the members of the new view
+    # coordinator: view 2 (seqno 1), three app messages, then this VIEW (in view 2)
+    assert view.headers[2] == [MSG, 5, 2]
+    assert digest == {s.local.uid: 5, s.b.uid: 2, s.c.uid: 0}  # the cut of the members
+
+
+def test_joiners_start_at_the_flush_cut_not_at_what_the_coordinator_had():
+    """B's FLUSH_OK says B sent 2, the coordinator delivered only 1: the coordinator catches
+    up (from B) before it answers FLUSH_DONE itself, and the joiner starts at 2."""
+    s = coordinator(nakack=True)
+    s.up(Message(None, "b1", 0, {2: [MSG, 1, 2]}, s.b))
+    d = s.addr("D")
+    s.up(join_req(s, d))
+    s.advance(0.01)
+    fid = hdr(sent(s, START_FLUSH)[-1])[1]
+    s.up(flush_ok(s, s.b, fid, digest={s.local: 1, s.b: 2}),
+         flush_ok(s, s.c, fid, digest={s.local: 1, s.b: 1}))
+    cuts = sent(s, FLUSH_CUT)
+    assert [sorted(map(tuple, hdr(m)[2])) for m in cuts] == [sorted(
+        [(s.local.uid, 1, s.local.uid), (s.b.uid, 2, s.b.uid), (s.c.uid, 0, s.c.uid)])] * 2
+    s.up(flush_done(s, s.b, fid), flush_done(s, s.c, fid))
+    assert sent(s, VIEW) == []  # the coordinator itself has not reached the cut yet
+    s.up(Message(None, "b2", 0, {2: [MSG, 2, 2]}, s.b))
+    [view] = [m for m in sent(s, VIEW) if m.dest is None]
+    [rsp] = sent(s, JOIN_RSP)
+    assert dict((uid, n) for uid, n in hdr(rsp)[2]) == {s.local.uid: 2, s.b.uid: 2, s.c.uid: 0}
+    assert [m.payload for m in s.above.messages] == ["b1", "b2"]
 
 
 def test_joiner_over_nakack_starts_exactly_after_the_view():
@@ -273,8 +354,8 @@ def test_joiner_over_nakack_starts_exactly_after_the_view():
     rounds(s, [PingData(a, None, True, True, a)])
     view = View(ViewId(a, 2), (a, s.local))
     s.up(Message(s.local, b"", INTERNAL, {5: [JOIN_RSP, view_to_wire(view), [[a.uid, 4]], []]}, a))
-    s.up(Message(None, b"", INTERNAL, {2: [MSG, 4], 5: view_hdr(view)}, a),
-         Message(None, b"after", 0, {2: [MSG, 5]}, a))
+    s.up(Message(None, b"", INTERNAL, {2: [MSG, 4, 1], 5: view_hdr(view)}, a),
+         Message(None, b"after", 0, {2: [MSG, 5, 2]}, a))
     assert views(s) == [view]
     assert [m.payload for m in s.above.messages] == [b"after"]
     assert s.layers[0].stats["duplicates"] == 1
@@ -285,20 +366,23 @@ def test_duplicate_join_request_gets_the_cached_join_response():
     d = s.addr("D")
     s.up(join_req(s, d), join_req(s, d))  # a retry before the view: still one join
     s.advance(0.01)
+    s.up(join_req(s, d))  # a retry during the flush: still one join
+    run_flush(s)
     [first] = sent(s, JOIN_RSP)
     s.below.take()
     s.up(join_req(s, d))  # a retry after the view went out (the JOIN_RSP was lost)
     s.advance(0.5)
     [again] = sent(s, JOIN_RSP)
     assert again.dest == d and hdr(again) == hdr(first)
-    assert sent(s, VIEW) == [] and s.gms.stats["views_sent"] == 2
+    assert sent(s, VIEW) == [] and sent(s, START_FLUSH) == []
+    assert s.gms.stats["views_sent"] == 2 and s.gms.stats["flushes"] == 2
 
 
 def test_join_request_for_a_member_does_not_change_the_view():
     s = coordinator()
     s.up(join_req(s, s.b))
     s.advance(0.5)
-    assert sent(s, VIEW) == []
+    assert sent(s, VIEW) == [] and sent(s, START_FLUSH) == []
 
 
 def test_non_coordinator_ignores_join_requests():
@@ -314,17 +398,19 @@ def test_view_acks_are_collected_before_the_next_view():
     d = s.addr("D")
     s.up(join_req(s, d))
     s.advance(0.01)
+    run_flush(s)
     loopback(s)
     e = s.addr("E")
     s.up(join_req(s, e))
     s.up(ack(s, s.b, 3), ack(s, s.c, 2))  # C acks an old view: does not count
     s.advance(0.5)
-    assert sent(s, VIEW) == []
+    assert sent(s, VIEW) == [] and sent(s, START_FLUSH) == []
     s.up(ack(s, s.c, 3), ack(s, e, 3))  # E is no member of view 3: ignored
     s.advance(0.5)
-    assert sent(s, VIEW) == []
+    assert sent(s, VIEW) == [] and sent(s, START_FLUSH) == []
     s.up(ack(s, d, 3))  # the last one
     s.advance(0.01)
+    run_flush(s)
     [v4] = [m for m in sent(s, VIEW) if m.dest is None]
     assert hdr(v4)[1][1] == 4
     assert s.gms.stats["view_ack_timeouts"] == 0
@@ -334,13 +420,15 @@ def test_view_ack_timeout_lets_the_next_view_go():
     s = coordinator()
     s.up(join_req(s, s.addr("D")))
     s.advance(0.01)
+    run_flush(s)
     loopback(s)
     s.up(join_req(s, s.addr("E")))
     s.up(ack(s, s.b, 3))  # C and D never ack
     s.advance(0.9)
-    assert sent(s, VIEW) == []
+    assert sent(s, VIEW) == [] and sent(s, START_FLUSH) == []
     s.advance(0.2)
     assert s.gms.stats["view_ack_timeouts"] == 1
+    run_flush(s)
     assert len([m for m in sent(s, VIEW) if m.dest is None]) == 1
 
 
@@ -395,8 +483,11 @@ def test_coordinator_leaving_hands_over_and_waits_for_acks():
     s = coordinator()
     s.down_event(Leave())
     s.advance(0.02)
+    assert sorted(m.dest for m in sent(s, START_FLUSH)) == sorted([s.b, s.c])
+    run_flush(s)
     loopback(s)
     assert views(s)[-1].members == (s.b, s.c)
+    assert views(s)[-1].view_id == ViewId(s.local, 3)
     assert s.above.events_of(Left) == []  # waits for the acks first
     s.up(ack(s, s.b, 3), ack(s, s.c, 3))
     assert s.above.events_of(Left) == [Left("left")]
@@ -428,6 +519,7 @@ def test_garbage_view_ack_counter_is_malformed(counter):
     s = coordinator()
     s.up(join_req(s, s.addr("D")))
     s.advance(0.01)
+    run_flush(s)
     loopback(s)
     s.up(Message(s.local, b"", INTERNAL, {5: [VIEW_ACK, s.local.uid, counter]}, s.b))
     assert s.gms.stats["malformed_header"] == 1
@@ -445,3 +537,137 @@ def test_view_member_names_stay_strings():
     for v in views(s):
         assert all(type(m.name) is str for m in v.members)
         assert type(repr(v)) is str
+
+
+# -- exclusion, NOT_MEMBER, MergeInfo ---------------------------------------------------------
+def test_a_member_excluded_while_alive_forms_a_singleton_view():
+    s = member()
+    v6 = View(ViewId(s.a, 6), (s.a, s.c))
+    s.up(Message(None, b"", INTERNAL, {5: view_hdr(v6)}, s.a))
+    assert [v.view_id for v in views(s)] == [ViewId(s.a, 5), ViewId(s.a, 6),
+                                             ViewId(s.local, 7)]
+    assert views(s)[-1].members == (s.local,)
+    assert s.gms.stats["excluded"] == 1 and s.gms.is_coord
+    assert s.gms.state is State.MEMBER and s.above.events_of(Left) == []
+    assert s.below.events_of(ViewInstalled)[-1].view == views(s)[-1]
+
+
+def test_not_member_from_a_newer_view_makes_a_singleton_an_older_one_is_ignored():
+    s = member()
+    s.up(Message(s.local, b"", INTERNAL, {5: [NOT_MEMBER, s.a.uid, 5]}, s.a))  # same view
+    s.up(Message(s.local, b"", INTERNAL, {5: [NOT_MEMBER, s.a.uid, 4]}, s.a))
+    assert len(views(s)) == 1
+    s.up(Message(s.local, b"", INTERNAL, {5: [NOT_MEMBER, s.a.uid, 8]}, s.a))
+    assert views(s)[-1].members == (s.local,)
+    assert views(s)[-1].view_id.id == 6 and s.gms.stats["excluded"] == 1
+
+
+def test_our_coordinator_announcing_a_newer_view_we_never_got_drops_us_after_stale_infos():
+    s = member()
+    info = MergeInfo(s.a, s.a, 7, True)
+    for _ in range(STALE_INFOS - 1):
+        s.gms.up_event(info)
+    s.gms.up_event(MergeInfo(s.c, s.a, 7, False))  # from another member: not counted
+    s.gms.up_event(MergeInfo(s.a, s.a, 5, True))   # our own view: not counted
+    s.gms.up_event(MergeInfo(s.a, s.a, 4, True))   # older: not counted
+    assert len(views(s)) == 1
+    s.gms.up_event(info)
+    assert views(s)[-1].members == (s.local,)
+    assert s.gms.stats["excluded"] == 1
+
+
+def test_a_view_install_resets_the_stale_info_count():
+    s = member()
+    for _ in range(STALE_INFOS - 1):
+        s.gms.up_event(MergeInfo(s.a, s.a, 7, True))
+    s.up(Message(None, b"", INTERNAL, {5: view_hdr(View(ViewId(s.a, 6), (s.a, s.local)))}, s.a))
+    for _ in range(STALE_INFOS - 1):
+        s.gms.up_event(MergeInfo(s.a, s.a, 7, True))
+    assert views(s)[-1].view_id == ViewId(s.a, 6) and s.gms.stats["excluded"] == 0
+
+
+def test_merge_info_is_consumed_by_gms():
+    s = member()
+    s.gms.up_event(MergeInfo(s.a, s.a, 7, True))
+    assert s.above.events_of(MergeInfo) == []
+
+
+def test_the_coordinator_tells_a_stale_former_member_it_was_excluded():
+    s = coordinator()
+    x = s.addr("X")
+    s.gms.up_event(MergeInfo(x, s.local, 1, False))  # X still believes in our view 1
+    [nm] = sent(s, NOT_MEMBER)
+    assert nm.dest == x and hdr(nm) == [NOT_MEMBER, s.local.uid, 2]
+    s.gms.up_event(MergeInfo(s.addr("Y"), s.addr("Z"), 1, False))  # someone else's view
+    assert len(sent(s, NOT_MEMBER)) == 1 and s.gms.merger.sightings == {}
+
+
+def test_the_coordinator_notes_other_coordinators_and_stuck_members_as_merge_candidates():
+    s = coordinator()
+    x = s.addr("X")
+    s.gms.up_event(MergeInfo(x, x, 9, True))
+    s.gms.up_event(MergeInfo(s.b, x, 9, False))  # B, of our view, stuck in X's view
+    s.gms.up_event(MergeInfo(s.local, s.local, 9, True))  # our own INFO
+    assert s.gms.merger.sightings == {x: [1, True], s.b: [1, False]}
+
+
+def test_internal_messages_without_a_gms_header_pass_up_in_order_around_a_view():
+    s = member()
+    before = Message(None, b"before", INTERNAL, {}, s.a)
+    after = Message(None, b"after", 0, {}, s.a)
+    v6 = View(ViewId(s.a, 6), (s.a, s.local, s.c))
+    s.up(before, Message(None, b"", INTERNAL, {5: view_hdr(v6)}, s.a), after)
+    assert s.above.batches == [[before], [after]]  # what came before the VIEW, before it
+    assert views(s)[-1] == v6
+
+
+def test_member_dead_makes_the_coordinator_flush_without_the_dead():
+    s = coordinator()
+    s.gms.up_event(MemberDead(s.c))
+    assert s.gms.stats["dead_verdicts"] == 1
+    s.advance(0.01)
+    [start] = sent(s, START_FLUSH)
+    assert start.dest == s.b and hdr(start)[2] == [s.c.uid]
+    assert MemberDead(s.c) in s.above.events  # passed on up
+
+
+def test_member_dead_for_a_stranger_or_ourselves_is_ignored():
+    s = coordinator()
+    s.gms.up_event(MemberDead(s.addr("X")))
+    s.gms.up_event(MemberDead(s.local))
+    s.advance(0.5)
+    assert s.gms.suspects == set() and sent(s, START_FLUSH) == []
+
+
+@pytest.mark.parametrize("header", [
+    [START_FLUSH], [START_FLUSH, "FID"], [START_FLUSH, "FID", 5, ["UID", 2]],
+    [START_FLUSH, "FID", [], ["UID", "x"]], [START_FLUSH, "FID", [b"short"], ["UID", 2]],
+    [START_FLUSH, "FID", [], ["UID"]], [FLUSH_OK], [FLUSH_CUT], [FLUSH_DONE],
+    [NOT_MEMBER, "UID"], [NOT_MEMBER, "UID", "x"], [NOT_MEMBER, b"short", 9],
+    [NOT_MEMBER, "UID", float("inf")], [MERGE_REQ], [MERGE_RSP, "FID"],
+], ids=repr)
+def test_malformed_flush_and_membership_headers_are_counted_never_raised(header):
+    s = member()
+
+    def fill(x):
+        if type(x) is list:
+            return [fill(y) for y in x]
+        return {"UID": s.a.uid, "FID": [s.a.uid, 1]}.get(x, x) if type(x) is str else x
+    s.up(Message(s.local, b"", INTERNAL, {5: fill(header)}, s.a),
+         Message(None, b"app", 0, {}, s.a))
+    assert s.gms.stats["malformed_header"] == 1
+    assert [m.payload for m in s.above.messages] == [b"app"]
+    assert len(views(s)) == 1 and sent(s, FLUSH_OK) == []
+
+
+def test_unclaimed_internal_messages_stop_at_the_top():
+    """GMS passes INTERNAL messages without its header up; the Top hands only application
+    messages to the host."""
+    from raygroups.stack.layer import Top
+    s = member()
+    top = Top()
+    top.init(s.ctx)
+    s.gms.above, top.below = top, s.gms
+    app = Message(None, b"app", 0, {}, s.a)
+    s.up(Message(None, b"stack", INTERNAL, {}, s.a), app)
+    assert s.host.delivered == [[app]]

@@ -1,8 +1,8 @@
 """NAKACK in a sandwich: seqnos, FIFO delivery, NAKs, retransmission, HIGHEST, stability."""
 import pytest
 
-from raygroups.stack.events import (GetDigest, OwnUnstable, SetDigest, Stability, ViewInstalled,
-                                    Writable)
+from raygroups.stack.events import (Catchup, Freeze, GetDigest, MergeDigest, OwnUnstable,
+                                    SetDigest, Stability, ViewInstalled, Writable)
 from raygroups.stack.message import CONTROL, INTERNAL, NO_RELIABILITY, Message
 from raygroups.stack.nakack import (HIGHEST, MSG, XMIT_REQ, NakAck, NakAckConfig,
                                     SendBufferFull)
@@ -25,8 +25,9 @@ def make(**cfg):
     return s
 
 
-def data(sender, seq, payload=None):
-    return Message(None, payload if payload is not None else f"m{seq}", 0, {2: [MSG, seq]},
+def data(sender, seq, payload=None, vc=1):
+    """A multicast of ``sender`` as it arrives: [MSG, seqno, sender's view counter]."""
+    return Message(None, payload if payload is not None else f"m{seq}", 0, {2: [MSG, seq, vc]},
                    sender)
 
 
@@ -38,7 +39,8 @@ def test_multicasts_get_consecutive_seqnos():
     s = make()
     for i in range(3):
         s.down(Message(None, f"p{i}"))
-    assert [m.headers[2] for m in s.below.sent] == [[MSG, 1], [MSG, 2], [MSG, 3]]
+    # [MSG, seqno, the sender's view counter]
+    assert [m.headers[2] for m in s.below.sent] == [[MSG, 1, 1], [MSG, 2, 1], [MSG, 3, 1]]
     assert s.down_event(OwnUnstable()) == 3
 
 
@@ -53,7 +55,7 @@ def test_unicasts_and_unreliable_pass_untouched(msg_factory):
     s.down(m)
     assert s.below.sent == [m] and 2 not in m.headers
     s.down(Message(None, b"reliable"))
-    assert s.below.sent[-1].headers[2] == [MSG, 1]  # the seqno counter was not consumed
+    assert s.below.sent[-1].headers[2] == [MSG, 1, 1]  # the seqno counter was not consumed
 
 
 def test_in_order_delivery_and_passthrough_keep_batch_order():
@@ -126,12 +128,12 @@ def test_xmit_req_resends_stored_messages_as_unicasts_to_requester():
     s.up(Message(s.local, b"", CONTROL, {2: [XMIT_REQ, [[2, 3], [4, 99]]]}, s.c))
     out = s.below.take()
     assert [(m.dest, m.payload, m.headers[2]) for m in out] == [
-        (s.c, "p2", [MSG, 2]), (s.c, "p3", [MSG, 3]), (s.c, "p4", [MSG, 4])]
+        (s.c, "p2", [MSG, 2, 1]), (s.c, "p3", [MSG, 3, 1]), (s.c, "p4", [MSG, 4, 1])]
     assert s.layer.stats["retransmitted"] == 3
     # a purged (stable) message cannot be retransmitted; nothing is invented
     s.down_event(Stability({s.local: 2, s.b: 0, s.c: 0}))
     s.up(Message(s.local, b"", CONTROL, {2: [XMIT_REQ, [[1, 3]]]}, s.c))
-    assert [m.headers[2] for m in s.below.take()] == [[MSG, 3]]
+    assert [m.headers[2] for m in s.below.take()] == [[MSG, 3, 1]]
 
 
 def test_highest_announced_while_unstable_and_stops_after_stability():
@@ -189,7 +191,7 @@ def test_application_send_beyond_twice_the_window_raises_internal_does_not():
     with pytest.raises(SendBufferFull):
         s.down(Message(None, "too many"))
     s.down(Message(None, "view", INTERNAL))
-    assert s.below.sent[-1].headers[2] == [MSG, 5]
+    assert s.below.sent[-1].headers[2] == [MSG, 5, 1]
 
 
 def test_get_digest_delivered_and_sent():
@@ -221,19 +223,75 @@ def test_view_installed_is_passed_down_and_keeps_existing_windows():
     assert s.below.events_of(ViewInstalled)[-1].view == v2
     s.up(data(s.b, 1), data(s.b, 2), data(s.c, 1))
     assert [m.payload for m in s.above.messages] == ["m1", "m2"]
-    assert s.layer.stats["dropped_unknown_sender"] == 1  # C left
+    assert s.layer.stats["duplicates"] == 1
+    assert s.layer.stats["kept_early"] == 1  # C left: no window, its message is only kept
+    s.down_event(ViewInstalled(View(ViewId(s.local, 3), (s.local, s.b))))
+    s.advance(1.0)
+    assert [m.payload for m in s.above.messages] == ["m1", "m2"]  # C still out: forgotten
+    assert s.layer.early == {}
 
 
-def test_messages_from_outside_the_view_are_dropped_and_counted():
+def test_messages_from_outside_the_view_are_never_delivered_there():
     s = make()
     stranger = s.addr("X")
     s.up(data(stranger, 1), data(stranger, 2))
     assert s.above.messages == []
+    assert s.layer.stats["kept_early"] == 2 and s.layer.stats["delivered"] == 0
+    s.down_event(ViewInstalled(View(ViewId(s.local, 2), (s.local, s.b, s.c))))
+    s.advance(1.0)
+    assert s.above.messages == []  # X did not join: its early messages are dropped
+    s.up(data(s.b, 1))
+    assert [m.payload for m in s.above.messages] == ["m1"]
+
+
+def test_early_multicasts_of_a_joiner_are_replayed_in_order_once_it_has_a_window():
+    """A joiner's first multicasts can overtake the VIEW that adds it: they are kept and
+    delivered (in seqno order, next loop turn) once the view gives it a window."""
+    s = make()
+    d = s.addr("D")
+    s.up(data(d, 2, vc=2), data(d, 1, vc=2))
+    assert s.above.messages == []
+    s.down_event(ViewInstalled(View(ViewId(s.local, 2), (s.local, s.b, s.c, d))))
+    assert s.above.messages == []
+    s.advance(0)
+    assert [(m.sender, m.payload) for m in s.above.messages] == [(d, "m1"), (d, "m2")]
+    assert s.layer.stats["delivered"] == 2
+    s.up(data(d, 2, vc=2))
+    assert s.layer.stats["duplicates"] == 1 and len(s.above.messages) == 2
+
+
+def test_early_messages_before_the_join_digest_are_replayed_against_it():
+    """The coordinator's multicasts racing its JOIN_RSP: replayed after SetDigest, those
+    at or below the digest entry are duplicates."""
+    s = Sandwich(NakAck(NakAckConfig(xmit_interval_s=1.0, highest_interval_s=1000.0)))
+    a = s.addr("A")
+    s.up(data(a, 5, "view"), data(a, 6, "after"))
+    s.down_event(SetDigest({a: 5}))
+    s.down_event(ViewInstalled(View(ViewId(a, 2), (a, s.local))))
+    s.advance(0)
+    assert [m.payload for m in s.above.messages] == ["after"]
+    assert s.layer.stats["duplicates"] == 1
+
+
+def test_early_buffer_is_bounded_per_sender_and_in_senders():
+    from raygroups.stack.nakack import EARLY_PER_SENDER, EARLY_SENDERS
+    s = make()
+    x = s.addr("X")
+    s.up(*[data(x, i) for i in range(1, EARLY_PER_SENDER + 3)])
+    assert s.layer.stats["kept_early"] == EARLY_PER_SENDER
     assert s.layer.stats["dropped_unknown_sender"] == 2
+    others = [s.addr(f"Y{i}") for i in range(EARLY_SENDERS)]
+    s.up(*[data(y, 1) for y in others])
+    assert len(s.layer.early) == EARLY_SENDERS  # X and the first EARLY_SENDERS - 1 others
+    assert s.layer.stats["dropped_unknown_sender"] == 3
+    assert s.above.messages == []
 
 
 @pytest.mark.parametrize("header", [
-    5, "", "x", [], [MSG], [7, 1], [MSG, None], [MSG, "1"], [MSG, [1]],
+    5, "", "x", [], [MSG], [7, 1], [MSG, None], [MSG, "1"], [MSG, [1]], [MSG, 1],
+    [MSG, None, 1], [MSG, "1", 1], [MSG, 1, None], [MSG, 1, "1"], [MSG, 1, 1.0], [MSG, 1, True],
+    [MSG, 1, [1]], [MSG, 1, float("nan")], [MSG, 1, 1, "not a uid"], [MSG, 1, 1, b"short"],
+    [MSG, 1, 1, [1]],
     [XMIT_REQ, 5], [XMIT_REQ, [[1]]], [XMIT_REQ, [["a", 2]]], [XMIT_REQ, [[1, None]]],
     {}, {"a": 1}, [XMIT_REQ, [[float("inf"), 3]]], [XMIT_REQ, [[1, float("inf")]]],
 ], ids=repr)
@@ -278,3 +336,232 @@ def test_stability_beyond_own_highest_sent_does_not_leak_later_messages():
     assert [m.headers[2][1] for m in s.below.sent[-2:]] == [4, 5]
     s.down_event(Stability({s.local: 5}))
     assert s.down_event(OwnUnstable()) == 0
+
+
+# -- views: messages of a newer view, flush freezes, catch-ups ------------------------------
+def v(s, counter, *members):
+    return View(ViewId(s.local, counter), members or (s.local, s.b, s.c))
+
+
+def test_a_message_of_a_newer_view_is_held_until_that_view_is_installed():
+    """No member delivers a message of V' while still in V: B installed view 2 and sent in
+    it; we are in view 1."""
+    s = make()
+    s.up(data(s.b, 1), data(s.b, 2, vc=2), data(s.b, 3, vc=2), data(s.c, 1, vc=0))
+    assert [(m.sender, m.payload) for m in s.above.messages] == [(s.b, "m1"), (s.c, "m1")]
+    s.up(data(s.b, 4))  # behind the held ones: FIFO, held too (it cannot be of view 1 anyway)
+    assert len(s.above.messages) == 2
+    assert s.down_event(GetDigest())[s.b] == 1
+    s.down_event(ViewInstalled(v(s, 2)))
+    assert len(s.above.messages) == 2  # released at the next loop turn, not inside the event
+    s.advance(0)
+    assert [m.payload for m in s.above.batches[-1]] == ["m2", "m3", "m4"]
+    assert s.layer.stats["delivered"] == 5
+    assert s.down_event(GetDigest())[s.b] == 4
+
+
+def test_own_multicasts_carry_the_installed_view_counter():
+    s = make()
+    s.down_event(ViewInstalled(v(s, 7)))
+    s.down(Message(None, b"x"))
+    assert s.below.sent[-1].headers[2] == [MSG, 1, 7]
+
+
+def test_gap_before_a_newer_view_message_is_still_naked():
+    s = make()
+    s.up(data(s.b, 2, vc=2))
+    s.advance(TWO_TICKS)
+    assert [m.headers[2] for m in kinds(s.below.sent, XMIT_REQ)] == [[XMIT_REQ, [[1, 1]]]]
+
+
+def test_freeze_stops_delivery_from_removed_members_at_what_was_delivered():
+    s = make()
+    s.up(data(s.b, 1), data(s.c, 1))
+    s.down_event(Freeze([s.b], ViewId(s.local, 1)))
+    s.up(data(s.b, 2), data(s.c, 2))
+    assert [(m.sender, m.payload) for m in s.above.messages] == [
+        (s.b, "m1"), (s.c, "m1"), (s.c, "m2")]  # B frozen at 1, C goes on
+    assert s.layer.windows[s.b].limit == 1
+
+
+def test_catchup_raises_a_frozen_limit_to_the_cut_and_no_further():
+    s = make()
+    s.up(data(s.b, 1))
+    s.down_event(Freeze([s.b], ViewId(s.local, 1)))
+    s.up(data(s.b, 2), data(s.b, 3), data(s.b, 4))
+    assert [m.payload for m in s.above.messages] == ["m1"]
+    done = []
+    s.down_event(Catchup({s.b: (3, s.b)}, lambda: done.append(1), until_view=True))
+    assert [m.payload for m in s.above.messages] == ["m1", "m2", "m3"]  # up to the cut
+    assert done == [1]
+    assert s.layer.windows[s.b].limit == 3
+    # the view that removes B: what B sent beyond the cut is never delivered
+    s.down_event(ViewInstalled(v(s, 2, s.local, s.c)))
+    s.advance(5.0)
+    assert [m.payload for m in s.above.messages] == ["m1", "m2", "m3"]
+    assert done == [1]
+
+
+def test_a_freeze_is_kept_by_a_late_install_of_the_flushed_view_and_thawed_by_a_newer_one():
+    s = make()
+    s.down_event(Freeze([s.b], ViewId(s.local, 2)))  # flushing view 2, we are still in 1
+    s.down_event(ViewInstalled(v(s, 2)))             # late install of view 2: still frozen
+    s.up(data(s.b, 1, vc=2))
+    s.advance(0)
+    assert s.above.messages == [] and s.layer.windows[s.b].limit == 0
+    s.down_event(ViewInstalled(v(s, 3)))             # the view after the flush: thawed
+    assert s.layer.windows[s.b].limit is None
+    s.advance(0)
+    assert [m.payload for m in s.above.messages] == ["m1"]
+
+
+def test_an_older_freeze_does_not_move_the_flushed_view_back():
+    s = make()
+    s.down_event(Freeze([s.b], ViewId(s.local, 3)))
+    s.down_event(Freeze([s.c], ViewId(s.local, 2)))
+    assert s.layer.frozen_for == ViewId(s.local, 3)
+    s.down_event(ViewInstalled(v(s, 3)))
+    assert s.layer.windows[s.b].limit == 0 and s.layer.windows[s.c].limit == 0
+
+
+def test_catchup_fetches_from_the_holder_then_calls_back_once():
+    s = make()
+    s.up(data(s.b, 1))
+    done = []
+    s.down_event(Catchup({s.b: (3, s.c), s.c: (0, s.c)}, lambda: done.append("x")))
+    assert done == []
+    s.advance(TWO_TICKS)
+    naks = kinds(s.below.sent, XMIT_REQ)
+    # asked of the holder C, naming B as the original sender
+    assert [(m.dest, m.headers[2]) for m in naks] == [(s.c, [XMIT_REQ, [[2, 3]], s.b.uid])]
+    # C retransmits B's messages: [MSG, seqno, B's view counter, B's uid]
+    s.up(Message(s.local, "m2", 0, {2: [MSG, 2, 1, s.b.uid]}, s.c))
+    assert done == []
+    s.up(Message(s.local, "m3", 0, {2: [MSG, 3, 1, s.b.uid]}, s.c))
+    assert [(m.sender, m.payload) for m in s.above.messages] == [
+        (s.b, "m1"), (s.b, "m2"), (s.b, "m3")]
+    assert done == ["x"]
+    s.up(data(s.b, 4))
+    assert done == ["x"]
+
+
+def test_catchup_already_reached_calls_back_at_once():
+    s = make()
+    s.up(data(s.b, 1), data(s.b, 2))
+    done = []
+    s.down_event(Catchup({s.b: (2, s.b), s.addr("gone"): (9, s.b)}, lambda: done.append(1)))
+    assert done == [1] and s.layer.catchups == []
+
+
+def test_several_catchups_wait_at_once_and_each_completes_on_its_own():
+    s = make()
+    done = []
+    s.down_event(Catchup({s.b: (2, s.b)}, lambda: done.append("b")))
+    s.down_event(Catchup({s.c: (1, s.c)}, lambda: done.append("c")))
+    s.down_event(Catchup({s.b: (1, s.b), s.c: (1, s.c)}, lambda: done.append("bc")))
+    assert len(s.layer.catchups) == 3
+    s.up(data(s.c, 1))
+    assert done == ["c"]
+    s.up(data(s.b, 1))
+    assert done == ["c", "bc"]
+    s.up(data(s.b, 2))
+    assert done == ["c", "bc", "b"] and s.layer.catchups == []
+
+
+def test_until_view_catchups_are_dropped_at_a_view_install_the_others_wait():
+    s = make()
+    done = []
+    s.down_event(Catchup({s.b: (2, s.b)}, lambda: done.append("flush"), until_view=True))
+    s.down_event(Catchup({s.b: (2, s.b)}, lambda: done.append("view")))
+    s.down_event(ViewInstalled(v(s, 2)))
+    assert len(s.layer.catchups) == 1
+    s.up(data(s.b, 1), data(s.b, 2))
+    assert done == ["view"]
+
+
+def test_a_window_held_by_a_newer_view_message_counts_as_reached():
+    """B's next message belongs to a newer view: everything B sent in ours is delivered."""
+    s = make()
+    s.up(data(s.b, 1))
+    done = []
+    s.down_event(Catchup({s.b: (3, s.b)}, lambda: done.append(1)))
+    assert done == []
+    s.up(data(s.b, 3, vc=2))  # not the next one: still waiting for 2
+    assert done == []
+    s.up(data(s.b, 2, vc=2))
+    assert done == [1]
+    assert [m.payload for m in s.above.messages] == ["m1"]  # and nothing of view 2 delivered
+
+
+def test_a_departed_window_serves_catchup_retransmissions_for_two_more_views():
+    s = make()
+    s.up(data(s.b, 1), data(s.b, 2))
+    xmit = Message(s.local, b"", CONTROL, {2: [XMIT_REQ, [[1, 2]], s.b.uid]}, s.c)
+    s.down_event(ViewInstalled(v(s, 2, s.local, s.c)))  # B left
+    s.up(xmit)
+    out = s.below.take()
+    assert [(m.dest, m.payload, m.headers[2]) for m in out] == [
+        (s.c, "m1", [MSG, 1, 1, s.b.uid]), (s.c, "m2", [MSG, 2, 1, s.b.uid])]
+    s.down_event(ViewInstalled(v(s, 3, s.local, s.c)))
+    s.up(xmit)
+    assert len(s.below.take()) == 2
+    s.down_event(ViewInstalled(v(s, 4, s.local, s.c)))
+    s.up(xmit)
+    assert s.below.take() == []
+    assert s.layer.stats["retransmitted"] == 4
+
+
+def test_xmit_req_for_a_member_never_delivered_sends_nothing():
+    s = make()
+    s.up(Message(s.local, b"", CONTROL, {2: [XMIT_REQ, [[1, 5]], s.addr("X").uid]}, s.c))
+    assert s.below.sent == [] and s.layer.stats["malformed_header"] == 0
+
+
+def test_xmit_req_naming_our_own_uid_resends_our_own_messages():
+    s = make()
+    s.down(Message(None, "p1"))
+    s.below.take()
+    s.up(Message(s.local, b"", CONTROL, {2: [XMIT_REQ, [[1, 1]], s.local.uid]}, s.c))
+    assert [(m.dest, m.headers[2]) for m in s.below.take()] == [(s.c, [MSG, 1, 1])]
+
+
+def test_a_member_that_comes_back_never_redelivers():
+    s = make()
+    s.up(data(s.b, 1), data(s.b, 2), data(s.b, 3))
+    s.down_event(ViewInstalled(v(s, 2, s.local, s.c)))   # B leaves (a partition)
+    s.down_event(ViewInstalled(v(s, 3)))                 # and comes back (a merge)
+    s.up(data(s.b, 2, vc=3), data(s.b, 3, vc=3), data(s.b, 4, vc=3))
+    s.advance(0)
+    assert [m.payload for m in s.above.messages] == ["m1", "m2", "m3", "m4"]
+    assert s.layer.stats["duplicates"] == 2
+
+
+def test_merge_digest_adds_windows_for_other_subgroups_never_below_what_was_delivered():
+    s = make()
+    s.up(data(s.b, 1), data(s.b, 2), data(s.b, 3))
+    s.down_event(ViewInstalled(v(s, 2, s.local, s.c)))
+    x = s.addr("X")
+    s.down_event(MergeDigest({x: 4, s.b: 1, s.c: 99}))
+    assert s.layer.windows[x].delivered == 4
+    assert s.layer.windows[s.b].delivered == 3  # what we delivered of B before it left
+    assert s.layer.windows[s.c].delivered == 0  # an existing window is kept
+    s.up(data(x, 4), data(x, 5))
+    assert [m.payload for m in s.above.messages] == ["m1", "m2", "m3", "m5"]
+
+
+def test_own_window_survives_a_view_that_excludes_us():
+    s = make()
+    s.down(Message(None, b"mine"))
+    [m] = s.below.take()
+    s.down_event(ViewInstalled(View(ViewId(s.b, 2), (s.b, s.c))))  # excluded
+    s.up(Message(None, m.payload, 0, dict(m.headers), s.local))  # our own loopback
+    assert [x.payload for x in s.above.messages] == [b"mine"]
+    s.down(Message(None, b"next"))
+    assert s.below.sent[-1].headers[2] == [MSG, 2, 2]
+
+
+def test_retransmission_on_behalf_of_a_member_is_delivered_as_that_member():
+    s = make()
+    s.up(Message(None, "relayed", 0, {2: [MSG, 1, 1, s.b.uid]}, s.c))
+    [m] = s.above.messages
+    assert m.sender == s.b and s.down_event(GetDigest())[s.b] == 1

@@ -1,0 +1,398 @@
+"""The ``raygroups`` command (also ``python -m raygroups.actors``).
+
+    raygroups [--address ADDR] [--namespace NS] COMMAND ...
+
+    up CLUSTER         launch (or attach to) the group's member actors: one per node by
+                       default; --members N in all; --this-node: only this node's (cluster.yaml)
+    down CLUSTER       every member leaves, then its actor is killed
+    members CLUSTER    the view's members, a table or --json
+    views CLUSTER      the view history; --follow: then every new view as it is installed
+    probe CLUSTER      every member's state and attributes (like JGroups' probe), or --json
+    list               the groups that have member actors
+    bootstrap generate CLUSTER   a bootstrap members file for the live Ray nodes (seed 000)
+    simulate           run a config in the simulator at N members: detection and convergence
+
+Ray: ``--address`` (default: $RAY_ADDRESS, else "auto", the cluster started on this machine).
+For a cluster on 127.0.0.1 the command keeps Ray on loopback
+(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0). Progress goes to stderr, results to stdout.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any, Optional
+
+LOOPBACK = ("127.", "localhost")
+
+
+def _err(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _ray_address(args: argparse.Namespace) -> str:
+    return args.address or os.environ.get("RAY_ADDRESS") or "auto"
+
+
+def _loopback_address(addr: str) -> bool:
+    if addr == "auto":
+        try:
+            with open("/tmp/ray/ray_current_cluster") as f:
+                addr = f.read().strip()
+        except OSError:
+            return False
+    host = addr.split("://")[-1].rsplit(":", 1)[0]
+    return host.startswith(LOOPBACK)
+
+
+def connect(args: argparse.Namespace) -> Any:
+    """ray.init to the cluster (quietly); returns the ray module."""
+    addr = _ray_address(args)
+    if _loopback_address(addr):
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # before importing ray
+    import ray
+    if not ray.is_initialized():
+        ray.init(address=addr, log_to_driver=False, logging_level="WARNING",
+                 configure_logging=False)
+    return ray
+
+
+def _group(args: argparse.Namespace):
+    connect(args)
+    from .group import Group
+    return Group.attach(args.cluster, namespace=args.namespace)
+
+
+def _vid(v) -> str:
+    return f"{v[0]}:{v[1]}" if v else "-"
+
+
+def _table(rows: list, cols: list) -> str:
+    widths = [max(len(c), *(len(str(r.get(c, "") or "")) for r in rows)) for c in cols]
+    line = "  ".join(c.upper().ljust(w) for c, w in zip(cols, widths))
+    out = [line]
+    for r in rows:
+        out.append("  ".join(str(r.get(c, "") if r.get(c) is not None else "-").ljust(w)
+                             for c, w in zip(cols, widths)))
+    return "\n".join(out)
+
+
+# -- commands -----------------------------------------------------------------------------
+def cmd_up(args: argparse.Namespace) -> int:
+    connect(args)
+    from .group import Group
+    t0 = time.monotonic()
+    _err(f"launching group {args.cluster!r} ...")
+    g = Group.launch(args.cluster, args.members_per_node, members=args.members,
+                     namespace=args.namespace, detached=True, transport=args.transport,
+                     preset=args.preset, discovery=args.discovery, port=args.port,
+                     http_port=args.http_port, token=args.token,
+                     ray_signal=not args.no_ray_signal, this_node=args.this_node,
+                     timeout=args.timeout, progress=lambda s: _err(f"  {s}"))
+    view = g.view()
+    urls = g.status_urls()
+    out = {"cluster": args.cluster, "view_id": [view.view_id.coord.name, view.view_id.id],
+           "members": [m.name for m in view.members], "status_pages": urls,
+           "token": g.http_token(), "seconds": round(time.monotonic() - t0, 2)}
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(f"group {args.cluster!r} up in {out['seconds']}s: view {_vid(out['view_id'])} "
+              f"{out['members']}")
+        for n, u in sorted(urls.items()):
+            print(f"  {n}: status page {u}")
+        print(f"  HTTP token (debug endpoints): {out['token']}")
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    connect(args)
+    from .errors import NoSuchGroup
+    from .group import Group
+    try:
+        g = Group.attach(args.cluster, namespace=args.namespace)
+    except NoSuchGroup:
+        _err(f"no group {args.cluster!r}")
+        return 1
+    names = g.member_names()
+    _err(f"shutting down {len(names)} members of {args.cluster!r} ...")
+    g.shutdown(timeout=args.timeout)
+    print(f"group {args.cluster!r} down ({len(names)} members)")
+    return 0
+
+
+def cmd_members(args: argparse.Namespace) -> int:
+    g = _group(args)
+    ms = g.members()
+    if args.json:
+        print(json.dumps(ms))
+    else:
+        for m in ms:
+            m["uuid"] = m["uuid"][:8]
+            m["node"] = (m.get("node_id") or "")[:8] or None
+            m["role"] = "coordinator" if m.get("coordinator") else ""
+        print(_table(ms, ["name", "uuid", "address", "node", "state", "role", "http_url"]))
+    return 0
+
+
+def _print_view(v: dict, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(v), flush=True)
+        return
+    t = time.strftime("%H:%M:%S", time.localtime(v.get("installed_at", time.time())))
+    extra = ""
+    if v.get("joined"):
+        extra += f"  joined {v['joined']}"
+    if v.get("left"):
+        extra += f"  left {v['left']}"
+    print(f"{t}  view {_vid(v['view_id'])}  {len(v['members'])} members {v['members']}{extra}",
+          flush=True)
+
+
+def cmd_views(args: argparse.Namespace) -> int:
+    g = _group(args)
+    from raygroups.stack import Address, ViewId
+
+    from .member import view_json
+    history = g.view_history()
+    for v in history:
+        _print_view(v, args.json)
+    if not args.follow:
+        return 0
+    _err("following view changes (Ctrl-C to stop) ...")
+    after, prev = None, None
+    if history:  # go on from the last view printed, so no view in between is missed
+        h = history[-1]
+        after = ViewId(Address(bytes.fromhex(h["coord_uuid"].replace("-", "")),
+                               h["view_id"][0]), h["view_id"][1])
+        prev = h["members"]
+    try:
+        for e in g.view_events(after=after, timeout=args.timeout):
+            v = view_json(e["view"], e["installed_at"])
+            if prev is not None:
+                v["joined"] = [m for m in v["members"] if m not in prev]
+                v["left"] = [m for m in prev if m not in v["members"]]
+            _print_view(v, args.json)
+            prev = v["members"]
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    g = _group(args)
+    infos = g.probe()
+    if args.json:
+        print(json.dumps(infos, default=str))
+        return 0
+    for i in infos:
+        if "error" in i and "state" not in i:
+            print(f"## {i['name']}: {i['error']}\n")
+            continue
+        print(f"## {i['name']}  {i['uuid']}  {i['address']}  state={i['state']}  "
+              f"view={_vid(i['view_id'])} ({i['view_size']})"
+              f"{'  coordinator' if i['coordinator'] else ''}")
+        print(f"   node {i['node_id']}  pid {i['pid']}  restarts {i['restarts']}  "
+              f"http {i['http_url']}")
+        print(f"   config {i['config']}")
+        print(f"   figures {i['figures']}")
+        if i["dropped"]:
+            print(f"   dropped {i['dropped']}")
+        if i["suspected"]:
+            print(f"   suspected {i['suspected']}")
+        if i["ray_signal"]:
+            print(f"   ray signal {i['ray_signal']}")
+        for layer, counts in sorted(i["stats"].items()):
+            if counts:
+                print(f"   {layer}: {counts}")
+        print()
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    connect(args)
+    from .group import Group
+    groups = Group.list_groups(args.namespace)
+    if args.json:
+        print(json.dumps(groups))
+    else:
+        for c, names in groups.items():
+            print(f"{c}: {len(names)} members {names}")
+        if not groups:
+            print("no groups")
+    return 0
+
+
+def cmd_bootstrap(args: argparse.Namespace) -> int:
+    try:
+        from raygroups.stack.discovery.bootstrap import generate_bootstrap
+    except ImportError:
+        _err("bootstrap files are not available in this version (stack/discovery/bootstrap.py "
+             "is missing)")
+        return 2
+    if args.nodes:
+        nodes: list = [n.strip() for n in args.nodes.split(",") if n.strip()]
+    else:
+        ray = connect(args)
+        nodes = ray.nodes()
+    mf = generate_bootstrap(nodes, args.cluster, port=args.port, per_node=args.per_node)
+    text = mf.render()
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+        _err(f"wrote {len(mf)} members to {args.out} (belongs at {mf.source} in the store)")
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return 0
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from .simulate import simulate
+    options = {}
+    for kv in args.option or ():
+        k, _, v = kv.partition("=")
+        try:
+            options[k] = json.loads(v)
+        except ValueError:
+            options[k] = v
+    out = simulate(args.members, args.membership, args.preset, args.transport, args.seed,
+                   args.crash, args.loss, args.join_interval, args.discovery, args.timeout,
+                   options, progress=_err, stall_s=args.stall)
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(f"{out['members']} members, membership={out['membership']}, preset={out['preset']}, "
+          f"transport={out['transport']}, loss={out['loss']}, seed={out['seed']}")
+    if out["join_convergence_s"] is not None:
+        print(f"  join: all {out['members']} agreed {out['join_convergence_s']:.3f}s after the "
+              f"last started ({out['all_joined_s']:.2f}s simulated in all)")
+    else:
+        print(f"  join: NOT converged: {out['join_complete']}/{out['members']} members have the "
+              f"whole list, {out['join_missing_entries']} entries missing "
+              f"({out['all_joined_s']:.2f}s simulated)")
+    if out.get("crashed"):
+        def s(x):
+            return "never" if x is None else f"{x:.3f}s"
+        print(f"  crash of {out['crashed']}: detected first {s(out['detection_first_s'])}, "
+              f"median {s(out['detection_median_s'])}, last {s(out['detection_last_s'])} "
+              f"(by {out['detected_by']} members); converged "
+              f"{s(out['convergence_after_crash_s'])} after the crash")
+    print(f"  {out['packets']:,} packets ({out['dropped_packets']:,} dropped), "
+          f"{out['wall_s']}s wall, {out['errors']} stack errors")
+    return 0
+
+
+# -- parser -------------------------------------------------------------------------------
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="raygroups", description="raygroups: group membership on "
+                                "Ray (member actors, views, probe, simulator)")
+    p.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS or auto)")
+    p.add_argument("--namespace", default="raygroups", help="Ray namespace of the actors")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    up = sub.add_parser("up", help="launch (or attach to) a group's member actors")
+    up.add_argument("cluster")
+    up.add_argument("--members-per-node", type=int, default=1)
+    up.add_argument("--members", type=int, default=None,
+                    help="members in all, dealt over the nodes (overrides --members-per-node)")
+    up.add_argument("--this-node", action="store_true",
+                    help="only this node's members (each node's start command)")
+    up.add_argument("--transport", choices=["udp", "tcp"], default="udp")
+    up.add_argument("--preset", choices=["local", "lan", "wan"], default=None)
+    up.add_argument("--discovery", default=None,
+                    help="discovery store URL (file:///dir, s3://..., ray-kv://); "
+                         "default: static host list")
+    up.add_argument("--port", type=int, default=None, help="member k of a node: port+k "
+                    "(default 7800; free ports on loopback)")
+    up.add_argument("--http-port", type=int, default=0, help="HTTP API port (0: any)")
+    up.add_argument("--token", default=None, help="HTTP API token (default: random)")
+    up.add_argument("--no-ray-signal", action="store_true",
+                    help="do not use Ray as a second failure signal")
+    up.add_argument("--timeout", type=float, default=120.0)
+    up.add_argument("--json", action="store_true")
+    up.set_defaults(fn=cmd_up)
+
+    down = sub.add_parser("down", help="shut a group down")
+    down.add_argument("cluster")
+    down.add_argument("--timeout", type=float, default=15.0)
+    down.set_defaults(fn=cmd_down)
+
+    mem = sub.add_parser("members", help="the view's members")
+    mem.add_argument("cluster")
+    mem.add_argument("--json", action="store_true")
+    mem.set_defaults(fn=cmd_members)
+
+    vw = sub.add_parser("views", help="the view history; --follow for new views")
+    vw.add_argument("cluster")
+    vw.add_argument("--follow", "-f", action="store_true")
+    vw.add_argument("--timeout", type=float, default=None,
+                    help="with --follow: stop after this long without a new view")
+    vw.add_argument("--json", action="store_true", help="one JSON object a line")
+    vw.set_defaults(fn=cmd_views)
+
+    pr = sub.add_parser("probe", help="every member's state and attributes")
+    pr.add_argument("cluster")
+    pr.add_argument("--json", action="store_true")
+    pr.set_defaults(fn=cmd_probe)
+
+    ls = sub.add_parser("list", help="the groups that have member actors")
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(fn=cmd_list)
+
+    bs = sub.add_parser("bootstrap", help="bootstrap files (seed 000)")
+    bsub = bs.add_subparsers(dest="bootstrap_command", required=True)
+    gen = bsub.add_parser("generate", help="a bootstrap file for the live Ray nodes")
+    gen.add_argument("cluster")
+    gen.add_argument("--port", type=int, default=7800)
+    gen.add_argument("--per-node", type=int, default=1)
+    gen.add_argument("--nodes", default=None,
+                     help="comma-separated IPs instead of asking Ray for its nodes")
+    gen.add_argument("--out", default=None, help="write here instead of stdout")
+    gen.set_defaults(fn=cmd_bootstrap)
+
+    sim = sub.add_parser("simulate", help="run a config in the simulator at N members")
+    sim.add_argument("--members", "-n", type=int, default=50)
+    sim.add_argument("--membership", choices=["views", "gossip"], default="views")
+    sim.add_argument("--preset", choices=["local", "lan", "wan"], default="local")
+    sim.add_argument("--transport", choices=["udp", "tcp"], default="udp")
+    sim.add_argument("--discovery", choices=["static", "multicast"], default="static")
+    sim.add_argument("--seed", type=int, default=1)
+    sim.add_argument("--crash", type=int, default=1, help="members crashed at once")
+    sim.add_argument("--loss", type=float, default=0.0, help="packet loss probability")
+    sim.add_argument("--join-interval", type=float, default=0.01,
+                     help="simulated seconds between member starts")
+    sim.add_argument("--timeout", type=float, default=600.0,
+                     help="simulated seconds allowed per phase")
+    sim.add_argument("--stall", type=float, default=30.0,
+                     help="end a phase that made no progress for this many simulated seconds")
+    sim.add_argument("--option", "-o", action="append", metavar="LAYER__FIELD=VALUE",
+                     help="stack option, e.g. swim__probe_interval_s=0.5 (JSON values)")
+    sim.add_argument("--json", action="store_true")
+    sim.set_defaults(fn=cmd_simulate)
+    return p
+
+
+def main(argv: Optional[list] = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.fn(args) or 0
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # the reader went away (| head): not an error of ours
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0
+    except Exception as e:
+        from raygroups.stack.errors import RaygroupsError
+        if isinstance(e, (RaygroupsError, TimeoutError, ConnectionError)):
+            _err(f"raygroups {args.command}: {type(e).__name__}: {e}")
+            return 1
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

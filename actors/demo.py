@@ -1,0 +1,181 @@
+"""The README's demo: member actors on a local Ray cluster.
+
+    python -m raygroups.actors.demo [--members 5] [--serve SECONDS]
+
+Starts a local Ray cluster (on loopback), launches a 5-member group as Ray actors on an
+embedded default (loopback sockets; the local directory discovery store when this version
+has it, else a static host list), prints the view, kills a member with ``ray.kill`` and shows
+how fast the group excluded it (Ray is the second failure signal) and the new view; Ray
+restarts the member, which rejoins with a fresh UUID, and the coordinator rewrites its members
+file in the store. Then it serves the status page for a while, prints its URL, and shuts
+everything down.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # keep Ray on loopback
+
+
+def store_discovery(root: str):
+    """``file://<root>`` if this version has the local directory store, else None."""
+    url = f"file://{root}"
+    try:
+        from raygroups.stack import StackConfig
+        StackConfig.local(discovery=url)
+    except (ImportError, TypeError, ValueError):
+        return None
+    return url
+
+
+def members_files(root: str, cluster: str) -> dict:
+    """{file name: text} of the members files in the store directory."""
+    d = os.path.join(root, cluster)
+    out = {}
+    if os.path.isdir(d):
+        for name in sorted(os.listdir(d)):
+            if name.endswith(".list"):
+                with open(os.path.join(d, name)) as f:
+                    out[name] = f.read()
+    return out
+
+
+def show_files(files: dict) -> None:
+    if not files:
+        print("    (no members file)")
+    for name, text in files.items():
+        print(f"    {name}:")
+        for line in text.strip().splitlines():
+            print(f"      {line}")
+
+
+def table(members: list) -> None:
+    print(f"    {'name':<10} {'uuid':<10} {'address':<17} {'state':<8} role")
+    for m in members:
+        print(f"    {m['name']:<10} {m['uuid'][:8]:<10} {m['address'] or '-':<17} "
+              f"{m['state']:<8} {'coordinator' if m['coordinator'] else ''}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--members", type=int, default=5)
+    ap.add_argument("--serve", type=float, default=5.0,
+                    help="seconds to keep serving the status page before shutting down")
+    args = ap.parse_args(argv)
+
+    import ray
+
+    from raygroups.actors import Group
+
+    cluster = f"demo-{os.getpid()}"
+    t0 = time.monotonic()
+    print("raygroups demo: member actors on a local Ray cluster (loopback)")
+    ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False,
+             log_to_driver=False, num_cpus=2, object_store_memory=200 * 1024 * 1024,
+             configure_logging=False, logging_level="WARNING")
+    print(f"  Ray started in {time.monotonic() - t0:.1f}s")
+    root = tempfile.mkdtemp(prefix="raygroups-demo-")
+    discovery = store_discovery(root)
+    print(f"  discovery: {discovery or 'static host list (no directory store in this version)'}")
+    g = None
+    try:
+        t0 = time.monotonic()
+        g = Group.launch(cluster, members=args.members, discovery=discovery,
+                         progress=lambda s: print(f"    {s}"), metrics_interval_s=2.0)
+        print(f"  launched {args.members} member actors in {time.monotonic() - t0:.2f}s")
+        view = g.view()
+        print(f"\nview {view.view_id.coord.name}:{view.view_id.id}: "
+              f"{[m.name for m in view.members]}")
+        table(g.members())
+        if discovery:
+            print(f"\n  members file in the store ({root}/{cluster}/):")
+            before = members_files(root, cluster)
+            show_files(before)
+
+        events: queue.Queue = queue.Queue()
+
+        def follow() -> None:
+            try:
+                for e in g.view_events(after=view.view_id, timeout=30):
+                    events.put(e)
+            except Exception as e:  # the demo goes on without the subscription
+                events.put(e)
+        threading.Thread(target=follow, daemon=True).start()
+
+        victim = view.members[2].name
+        print(f"\nkilling {victim} with ray.kill (Ray restarts the actor) ...")
+        t_kill = time.time()
+        g.kill(victim, restart=True)
+        e = events.get(timeout=60)
+        if isinstance(e, Exception):
+            raise e
+        new = e["view"]
+        print(f"  excluded in {1000 * (e['installed_at'] - t_kill):.0f} ms (view installed at "
+              f"{e['member']}; the subscriber saw it "
+              f"{1000 * (time.time() - t_kill):.0f} ms after the kill)")
+        for info in g.probe():
+            firsts: dict = {}
+            for s in info.get("suspicions", []):
+                if s["member"] == victim and s["t"] >= t_kill:
+                    firsts.setdefault(s["event"], s)
+            said = []
+            if "RayDead" in firsts:
+                said.append(f"Ray reported it dead +{1000 * (firsts['RayDead']['t'] - t_kill):.0f}"
+                            f" ms")
+            if "MemberDead" in firsts:
+                s = firsts["MemberDead"]
+                said.append(f"its stack's verdict ({s['reason']}) "
+                            f"+{1000 * (s['t'] - t_kill):.0f} ms")
+            if said:
+                print(f"    at {info['name']}: {'; '.join(said)}")
+        print(f"new view {new.view_id.coord.name}:{new.view_id.id}: "
+              f"{[m.name for m in new.members]}")
+        e = events.get(timeout=60)
+        if isinstance(e, Exception):
+            raise e
+        new = e["view"]
+        back = next(m for m in new.members if m.name == victim)
+        print(f"\n{victim} restarted and rejoined as {back.uuid_hex[:8]} "
+              f"{1000 * (e['installed_at'] - t_kill):.0f} ms after the kill: view "
+              f"{new.view_id.coord.name}:{new.view_id.id} {[m.name for m in new.members]}")
+        table(g.members())
+        if discovery:
+            deadline = time.monotonic() + 10
+            after = members_files(root, cluster)
+            while (after == before or back.uuid_hex not in "".join(after.values())) \
+                    and time.monotonic() < deadline:
+                time.sleep(0.1)
+                after = members_files(root, cluster)
+            print("\n  members file rewritten by the coordinator (the dead incarnation's line "
+                  "is gone, the new one is in):")
+            show_files(after)
+
+        urls = g.status_urls()
+        coord = new.coordinator.name
+        url = urls.get(coord) or next(iter(urls.values()), None)
+        if url:
+            with urllib.request.urlopen(url + "membership/size", timeout=5) as r:
+                size = r.read().decode()
+            print(f"\nstatus page: {url}   (GET {url}membership/size -> {size})")
+            print(f"  serving for {args.serve:.0f}s (--serve N for longer) ...")
+            time.sleep(args.serve)
+    finally:
+        if g is not None:
+            print("\nshutting down ...")
+            g.shutdown()
+        ray.shutdown()
+        shutil.rmtree(root, ignore_errors=True)
+    print("done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,22 @@
+"""Typed errors of the Group handle and the member actors.
+
+``JoinTimeout`` and ``GroupClosed`` are the stack's own (re-exported here); ``NotMember`` and
+``NoSuchGroup`` are new. Every one derives from ``raygroups.stack.RaygroupsError``, and none
+wraps a Ray exception or carries an actor handle.
+"""
+from __future__ import annotations
+
+from raygroups.stack.errors import GroupClosed, JoinTimeout, RaygroupsError
+
+
+class NotMember(RaygroupsError):
+    """The member asked is not in the group's view: it has not joined yet, it left (or was
+    unsubscribed), it was excluded, or its stack was shut down; or the member named in a
+    call does not exist."""
+
+
+class NoSuchGroup(GroupClosed):
+    """No member actor of this group exists (never launched, or shut down)."""
+
+
+__all__ = ["GroupClosed", "JoinTimeout", "NoSuchGroup", "NotMember", "RaygroupsError"]

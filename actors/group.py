@@ -1,0 +1,671 @@
+"""``Group``: the client handle of a group of member actors. It hides the actor handles.
+
+```python
+g = Group.launch("orders", members_per_node=1)   # one MemberActor per Ray node, detached
+g.view(); g.members(); g.send(b"job-1")
+for view in g.views(): ...                       # every view change, in order
+Group.attach("orders")                           # from any driver, by name
+g.shutdown()
+```
+
+Every call has an async twin (``view_async``, ``members_async``, ``send_async``, ...;
+``views_async`` is an async generator); ``launch_async``/``attach_async`` run the sync ones in a
+thread. Calls go through one member at a time (the first that answers, in name order) and move
+on to the next when that member is dead or not in the view. Errors are the package's own:
+``NotMember``, ``JoinTimeout``, ``GroupClosed`` (``NoSuchGroup`` when no member exists);
+a member's errors are re-raised unwrapped, never as Ray exceptions.
+
+The subscription (``views``/``view_events``) is a long poll (``MemberActor.wait_for_view``):
+a member answers as soon as it installs a newer view; if that member dies or leaves, the
+subscription continues at another member from the last view it saw (views are ordered by
+view id, so none is repeated and, between members that installed them, none is skipped).
+"""
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from typing import Any, AsyncIterator, Callable, Iterator, Optional
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+from raygroups.stack import RaygroupsError, StackConfig
+
+from .errors import GroupClosed, JoinTimeout, NoSuchGroup, NotMember
+from .member import MemberActor, MemberSpec
+from .placement import (DEFAULT_PORT, NAMESPACE, actor_name, alive_nodes, free_port,
+                        is_loopback, member_of, plan, stack_config)
+
+CALL_TIMEOUT_S = 60.0
+_remote_cls = None
+
+
+def _member_class():
+    global _remote_cls
+    if _remote_cls is None:
+        _remote_cls = ray.remote(MemberActor)
+    return _remote_cls
+
+
+def _unwrap(e: RayTaskError) -> BaseException:
+    cause = getattr(e, "cause", None)
+    return cause if isinstance(cause, BaseException) else e
+
+
+def _say(progress: Optional[Callable[[str], None]], text: str) -> None:
+    if progress is not None:
+        progress(text)
+
+
+def _supervise(cfg: StackConfig, node_id: str, detached: bool, done: set) -> None:
+    """With a discovery store and issue 5's supervisors: the node's DiscoverySupervisor,
+    created here (once per node and store) so that it lives as long as the group's members
+    (detached with them) rather than as long as the member that would create it first."""
+    url = getattr(getattr(cfg, "store", None), "url", None)
+    if not url or (node_id, url) in done:
+        return
+    done.add((node_id, url))
+    try:
+        from .supervisors import discovery_supervisor
+        discovery_supervisor(url, node_id, detached=detached)
+    except Exception:  # no supervisors in this version: members call the store themselves
+        pass
+
+
+class Group:
+    """A handle on the group ``cluster``: cheap, picklable state (names only), no handles
+    exposed. Create with ``Group.launch`` or ``Group.attach``."""
+
+    def __init__(self, cluster: str, namespace: str = NAMESPACE, _names: Optional[list] = None):
+        self.cluster = cluster
+        self.namespace = namespace
+        self._handles: dict = {}
+        self._current: Optional[str] = None
+        self._avoid: set = set()
+        for n in _names or ():
+            self._handles[n] = None
+
+    def __repr__(self) -> str:
+        return f"Group({self.cluster!r}, members={sorted(self._handles)})"
+
+    def __reduce__(self):
+        return (Group, (self.cluster, self.namespace, sorted(self._handles)))
+
+    # -- creating ---------------------------------------------------------------------------
+    @classmethod
+    def launch(cls, cluster: str, members_per_node: int = 1, *, members: Optional[int] = None,
+               namespace: str = NAMESPACE, detached: bool = True, transport: str = "udp",
+               preset: Optional[str] = None, discovery: Optional[str] = None,
+               config: Optional[StackConfig] = None, stack_options: Optional[dict] = None,
+               port: Optional[int] = None, http: bool = True, http_port: int = 0,
+               token: Optional[str] = None, ray_signal: bool = True, ray_poll_s: float = 0.1,
+               max_restarts: int = -1, this_node: bool = False, timeout: float = 60.0,
+               metrics_interval_s: float = 5.0,
+               progress: Optional[Callable[[str], None]] = None) -> "Group":
+        """Start the group's member actors (or attach to those that exist) and wait until
+        they agree on one view.
+
+        ``members_per_node`` on every live Ray node, or ``members`` in all dealt round-robin
+        over the nodes (on a one-node local Ray, ``members=5`` gives five members).
+        ``this_node``: only this node's members (each node's start command in cluster.yaml).
+        ``transport``/``preset``/``discovery``/``config``/``stack_options``: the stack
+        (``placement.stack_config``); default: static discovery of every member's address,
+        the ``local`` preset on loopback and ``lan`` elsewhere. ``port``: member k of a node
+        listens on ``port + k`` (default 7800; on loopback: free ports). ``token``: of the
+        HTTP API's guarded endpoints (default: a random one, see ``http_token()``).
+        ``ray_signal``: Ray as a second failure signal. ``max_restarts``: Ray restarts a
+        crashed member this often (-1: always); it rejoins with a fresh UUID.
+        Raises JoinTimeout when the members do not agree within ``timeout`` s."""
+        if not ray.is_initialized():
+            ray.init()
+        nodes = alive_nodes(ray.nodes())
+        here = ray.get_runtime_context().get_node_id() if this_node else None
+        every = plan(nodes, members_per_node, members)
+        slots = [s for s in every if here is None or s.node_id == here]
+        if not slots:
+            raise RuntimeError("no member slot on this node")
+        local = all(is_loopback(n["NodeManagerAddress"]) for n in nodes)
+        g = cls(cluster, namespace)
+        existing = {}
+        for s in every:
+            h = g._lookup(s.name)
+            if h is not None:
+                existing[s.name] = h
+        infos = g._gather({n: h.info.remote() for n, h in existing.items()}, 10.0)
+        if token is None and existing:
+            got = g._gather({n: h.http_info.remote() for n, h in existing.items()}, 10.0)
+            token = next((v["token"] for v in got.values() if v and v.get("token")), None)
+        token = token or secrets.token_urlsafe(18)
+        ports, hosts = {}, []
+        for s in every:
+            inf = infos.get(s.name)
+            if inf and inf.get("address"):
+                ip, _, p = inf["address"].rpartition(":")
+                hosts.append((ip, int(p)))
+                continue
+            if s.name in existing:
+                continue
+            if local:
+                p = free_port(s.node_ip) if s in slots else None
+            else:
+                p = (port or DEFAULT_PORT) + s.k
+            if p is not None:
+                ports[s.name] = p
+                hosts.append((s.node_ip, p))
+        created, supervised = [], set()
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        for s in slots:
+            if s.name in existing:
+                _say(progress, f"{s.name}: exists, attaching")
+                g._handles[s.name] = existing[s.name]
+                continue
+            cfg = stack_config(s.node_ip, ports[s.name], hosts, preset=preset,
+                               transport=transport, discovery=discovery, config=config,
+                               options=stack_options)
+            _supervise(cfg, s.node_id, detached, supervised)
+            spec = MemberSpec(cluster, s.name, cfg, namespace=namespace, http=http,
+                              http_port=http_port + s.k if http_port else 0, token=token,
+                              ray_signal=ray_signal,
+                              ray_poll_s=ray_poll_s, metrics_interval_s=metrics_interval_s,
+                              extra={"detached": detached})
+            if created and not existing:
+                # a new group: its first member founds it and the others join it once it
+                # has (their processes start meanwhile): one coordinator, no concurrent
+                # founding and no merge to wait for
+                spec.wait_for = actor_name(cluster, created[0])
+            opts: dict = dict(name=actor_name(cluster, s.name), namespace=namespace,
+                              get_if_exists=True, num_cpus=0, max_restarts=max_restarts,
+                              scheduling_strategy=NodeAffinitySchedulingStrategy(s.node_id,
+                                                                                 soft=False))
+            if detached:
+                opts["lifetime"] = "detached"
+            g._handles[s.name] = _member_class().options(**opts).remote(spec)
+            created.append(s.name)
+            _say(progress, f"{s.name}: starting on node {s.node_ip} ({s.node_id[:8]}), "
+                           f"port {ports[s.name]}")
+        for n, h in existing.items():
+            g._handles.setdefault(n, h)
+        g._await_joined(created, timeout, progress)
+        want = {s.name for s in (slots if this_node else every)}
+        g._await_agreement(want, timeout, progress)
+        return g
+
+    @classmethod
+    async def launch_async(cls, cluster: str, members_per_node: int = 1, **kw: Any) -> "Group":
+        return await asyncio.to_thread(cls.launch, cluster, members_per_node, **kw)
+
+    @classmethod
+    def attach(cls, cluster: str, namespace: str = NAMESPACE) -> "Group":
+        """A handle on a running group, from any driver. Raises NoSuchGroup."""
+        if not ray.is_initialized():
+            ray.init()
+        g = cls(cluster, namespace)
+        g._refresh()
+        if not g._handles:
+            raise NoSuchGroup(f"no member of group {cluster!r} in namespace {namespace!r}")
+        return g
+
+    @classmethod
+    async def attach_async(cls, cluster: str, namespace: str = NAMESPACE) -> "Group":
+        return await asyncio.to_thread(cls.attach, cluster, namespace)
+
+    @staticmethod
+    def list_groups(namespace: str = NAMESPACE) -> dict:
+        """{cluster: [member names]} of the groups that have member actors."""
+        out: dict = {}
+        for a in ray.util.list_named_actors(all_namespaces=True):
+            if a.get("namespace") != namespace:
+                continue
+            parts = a["name"].split(":")
+            if len(parts) >= 3 and parts[0] == "raygroups":
+                out.setdefault(":".join(parts[1:-1]), []).append(parts[-1])
+        return {k: sorted(v) for k, v in sorted(out.items())}
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def _lookup(self, name: str):
+        try:
+            return ray.get_actor(actor_name(self.cluster, name), namespace=self.namespace)
+        except ValueError:
+            return None
+
+    def _refresh(self) -> None:
+        names = set()
+        for a in ray.util.list_named_actors(all_namespaces=True):
+            if a.get("namespace") == self.namespace:
+                m = member_of(a["name"], self.cluster)
+                if m:
+                    names.add(m)
+        for n in list(self._handles):
+            if n not in names:
+                del self._handles[n]
+        for n in names:
+            self._handles.setdefault(n, None)
+
+    def _handle(self, name: str):
+        h = self._handles.get(name)
+        if h is None:
+            h = self._lookup(name)
+            if h is None:
+                self._handles.pop(name, None)
+                raise NotMember(f"no member {name!r} in group {self.cluster!r}")
+            self._handles[name] = h
+        return h
+
+    def _order(self) -> list:
+        names = sorted(self._handles)
+        names.sort(key=lambda n: (n in self._avoid, n != self._current))
+        return names
+
+    def _gather(self, refs: dict, timeout: float) -> dict:
+        """{name: result or None} of refs, each waited at most until ``timeout``."""
+        out = {}
+        if not refs:
+            return out
+        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout)
+        ready = set(ready)
+        for n, r in refs.items():
+            try:
+                out[n] = ray.get(r) if r in ready else None
+            except Exception:
+                out[n] = None
+        return out
+
+    def _each(self, method: str, *args: Any) -> dict:
+        """{name: ref} of ``method`` called on every member actor that exists now."""
+        self._refresh()
+        refs = {}
+        for n in sorted(self._handles):
+            try:
+                refs[n] = getattr(self._handle(n), method).remote(*args)
+            except NotMember:
+                pass
+        return refs
+
+    def _failed(self, name: str, e: BaseException) -> None:
+        if isinstance(e, RayActorError):
+            self._handles[name] = None  # look it up again (restarted, or gone)
+        self._avoid.add(name)
+        if self._current == name:
+            self._current = None
+
+    def _targets(self, member: Optional[str]) -> list:
+        if member is not None:
+            return [member]
+        if not self._handles:
+            self._refresh()
+        if not self._handles:
+            raise NoSuchGroup(f"no member of group {self.cluster!r} in namespace "
+                              f"{self.namespace!r}")
+        return self._order()
+
+    def _call(self, method: str, *args: Any, member: Optional[str] = None,
+              timeout: Optional[float] = CALL_TIMEOUT_S, **kw: Any) -> Any:
+        last: Optional[BaseException] = None
+        for refreshed in (False, True):
+            if refreshed:
+                if member is not None:
+                    break
+                self._refresh()
+            for name in self._targets(member):
+                try:
+                    h = self._handle(name)
+                    out = ray.get(getattr(h, method).remote(*args, **kw), timeout=timeout)
+                except RayTaskError as e:
+                    cause = _unwrap(e)
+                    if isinstance(cause, NotMember) and member is None:
+                        last = cause
+                        self._failed(name, cause)
+                        continue
+                    raise cause from None
+                except (RayActorError, NotMember) as e:
+                    last = e if isinstance(e, RaygroupsError) else GroupClosed(
+                        f"member {name} of {self.cluster!r} is gone ({type(e).__name__})")
+                    self._failed(name, e)
+                    if member is not None:
+                        break
+                    continue
+                except GetTimeoutError:
+                    raise TimeoutError(f"{method} on {name} took over {timeout}s") from None
+                self._current = name
+                self._avoid.discard(name)
+                return out
+            if last is None or isinstance(last, NotMember) and member is not None:
+                break
+        raise last if last is not None else NoSuchGroup(self.cluster)
+
+    async def _acall(self, method: str, *args: Any, member: Optional[str] = None,
+                     timeout: Optional[float] = CALL_TIMEOUT_S, **kw: Any) -> Any:
+        last: Optional[BaseException] = None
+        for refreshed in (False, True):
+            if refreshed:
+                if member is not None:
+                    break
+                await asyncio.to_thread(self._refresh)
+            for name in self._targets(member):
+                try:
+                    h = self._handle(name)
+                    ref = getattr(h, method).remote(*args, **kw)
+                    out = await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout)
+                except RayTaskError as e:
+                    cause = _unwrap(e)
+                    if isinstance(cause, NotMember) and member is None:
+                        last = cause
+                        self._failed(name, cause)
+                        continue
+                    raise cause from None
+                except (RayActorError, NotMember) as e:
+                    last = e if isinstance(e, RaygroupsError) else GroupClosed(
+                        f"member {name} of {self.cluster!r} is gone ({type(e).__name__})")
+                    self._failed(name, e)
+                    if member is not None:
+                        break
+                    continue
+                except asyncio.TimeoutError:
+                    raise TimeoutError(f"{method} on {name} took over {timeout}s") from None
+                self._current = name
+                self._avoid.discard(name)
+                return out
+            if last is None or isinstance(last, NotMember) and member is not None:
+                break
+        raise last if last is not None else NoSuchGroup(self.cluster)
+
+    def _await_joined(self, names: list, timeout: float, progress) -> None:
+        if not names:
+            return
+        refs = {self._handles[n].ready.remote(timeout): n for n in names}
+        deadline = time.monotonic() + timeout
+        pending = list(refs)
+        while pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise JoinTimeout(f"members {sorted(refs[r] for r in pending)} of "
+                                  f"{self.cluster!r} did not join in {timeout}s")
+            done, pending = ray.wait(pending, num_returns=1, timeout=left)
+            for r in done:
+                try:
+                    inf = ray.get(r)
+                except RayTaskError as e:
+                    raise _unwrap(e) from None
+                except RayActorError as e:
+                    raise JoinTimeout(f"member {refs[r]} died while joining: {e}") from None
+                _say(progress, f"{inf['name']}: joined as {inf['uuid'][:8]} at "
+                               f"{inf['address']}, view {inf['view_id'][0]}:{inf['view_id'][1]}"
+                               f" ({inf['view_size']} members)")
+
+    def _await_agreement(self, names: set, timeout: float, progress) -> None:
+        """Until every member in ``names`` has installed one view that holds them all."""
+        deadline = time.monotonic() + timeout
+        last = None
+        while True:
+            infos = self._gather({n: self._handle(n).info.remote() for n in names}, 10.0)
+            ids = {tuple(i["view_id"]) if i and i["view_id"] else None for i in infos.values()}
+            if len(ids) == 1 and None not in ids and \
+                    all(i["view_size"] >= len(names) for i in infos.values()):
+                vid = ids.pop()
+                _say(progress, f"agreed: view {vid[0]}:{vid[1]} with {len(names)} members")
+                return
+            if time.monotonic() > deadline:
+                raise JoinTimeout(f"members of {self.cluster!r} did not agree on a view in "
+                                  f"{timeout}s: {infos}")
+            state = sorted(ids - {None})
+            if state != last:
+                last = state
+                _say(progress, f"waiting for one view: {len(state)} distinct view(s) so far")
+            time.sleep(0.05)
+
+    # -- the view and the members -----------------------------------------------------------
+    def view(self):
+        """The current view (``raygroups.stack.View``): the same on every member."""
+        return self._call("view")
+
+    async def view_async(self):
+        return await self._acall("view")
+
+    def member_names(self) -> list:
+        """The names of the group's member actors (whether in the view or not)."""
+        self._refresh()
+        return sorted(self._handles)
+
+    def _merge(self, listed: list, infos: dict) -> list:
+        by_uuid = {i["uuid"]: i for i in infos.values() if i and i.get("uuid")}
+        out = []
+        for m in listed:
+            d = dict(m)
+            inf = by_uuid.get(m["uuid"])
+            d["node_id"] = inf["node_id"] if inf else None
+            d["actor_name"] = inf["actor_name"] if inf else None
+            d["http_url"] = inf["http_url"] if inf else None
+            d["pid"] = inf["pid"] if inf else None
+            if m["state"] not in ("suspect", "dead") and inf:
+                d["state"] = "alive" if inf["state"] == "member" else inf["state"]
+            d.pop("self", None)
+            out.append(d)
+        return out
+
+    def members(self) -> list:
+        """The view's members: [{name, uuid, address, node_id, state, coordinator,
+        actor_name, http_url, pid}], in view order (the coordinator first). ``state``:
+        "alive", "suspect" or "dead" (as the answering member's failure detector sees it),
+        or the member's own "paused", "leaving", "left", "shutdown"."""
+        listed = self._call("members")
+        return self._merge(listed, self._gather(self._each("info"), 10.0))
+
+    async def members_async(self) -> list:
+        listed = await self._acall("members")
+        await asyncio.to_thread(self._refresh)
+        infos = {}
+        for n in sorted(self._handles):
+            try:
+                infos[n] = await self._acall("info", member=n, timeout=10.0)
+            except (RaygroupsError, TimeoutError):
+                infos[n] = None
+        return self._merge(listed, infos)
+
+    def view_history(self, member: Optional[str] = None) -> list:
+        """The views a member installed (JSON, oldest first)."""
+        return self._call("view_history", member=member)
+
+    async def view_history_async(self, member: Optional[str] = None) -> list:
+        return await self._acall("view_history", member=member)
+
+    def probe(self) -> list:
+        """Every member's state and attributes (JGroups probe): ``state_info()`` of each
+        member actor, in name order; an unreachable member as {"name", "error"}."""
+        refs = self._each("state_info")
+        got = self._gather(refs, 15.0)
+        return [got.get(n) or {"name": n, "error": "unreachable"} for n in sorted(refs)]
+
+    async def probe_async(self) -> list:
+        return await asyncio.to_thread(self.probe)
+
+    def status_urls(self) -> dict:
+        """{member: URL of its status page}."""
+        got = self._gather(self._each("http_info"), 10.0)
+        return {n: v["url"] for n, v in got.items() if v and v.get("url")}
+
+    async def status_urls_async(self) -> dict:
+        return await asyncio.to_thread(self.status_urls)
+
+    def http_token(self) -> str:
+        """The bearer token of the members' guarded HTTP endpoints."""
+        return self._call("http_info")["token"]
+
+    async def http_token_async(self) -> str:
+        return (await self._acall("http_info"))["token"]
+
+    # -- messages ---------------------------------------------------------------------------
+    def send(self, payload: Any, dest: Optional[str] = None) -> None:
+        """Reliable multicast to the view through one member (or unicast to the member
+        named ``dest``, by name or UUID)."""
+        self._call("send", payload, dest)
+
+    async def send_async(self, payload: Any, dest: Optional[str] = None) -> None:
+        await self._acall("send", payload, dest)
+
+    def send_many(self, payloads: list, dest: Optional[str] = None) -> int:
+        """Many messages in one Ray call (the way to get throughput)."""
+        return self._call("send_many", list(payloads), dest)
+
+    async def send_many_async(self, payloads: list, dest: Optional[str] = None) -> int:
+        return await self._acall("send_many", list(payloads), dest)
+
+    def receive(self, max_messages: int = 1000, timeout: float = 1.0,
+                member: Optional[str] = None) -> list:
+        """Up to ``max_messages`` messages delivered at one member (``member``, or the
+        handle's current one), waiting up to ``timeout`` s for the first:
+        [{"sender", "sender_uuid", "payload"}]."""
+        return self._call("receive", max_messages, timeout, member=member,
+                          timeout=timeout + CALL_TIMEOUT_S)
+
+    async def receive_async(self, max_messages: int = 1000, timeout: float = 1.0,
+                            member: Optional[str] = None) -> list:
+        return await self._acall("receive", max_messages, timeout, member=member,
+                                 timeout=timeout + CALL_TIMEOUT_S)
+
+    # -- the subscription -------------------------------------------------------------------
+    def view_events(self, after=None, timeout: Optional[float] = None,
+                    poll_s: float = 10.0) -> Iterator[dict]:
+        """Every view installed after ``after`` (a ViewId; None: starting with the current
+        view), in order, as {"view", "installed_at", "answered_at", "member"}; ends after
+        ``timeout`` s without a new view (None: never) or when the group is gone."""
+        last = after
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            wait = poll_s if deadline is None else min(poll_s, deadline - time.monotonic())
+            if wait <= 0:
+                return
+            try:
+                res = self._call("wait_for_view", last, wait, timeout=wait + CALL_TIMEOUT_S)
+            except NoSuchGroup:
+                return
+            except (GroupClosed, NotMember):
+                self._refresh()
+                if not self._handles:
+                    return
+                time.sleep(0.05)
+                continue
+            got = False
+            for e in res["views"]:
+                vid = e["view"].view_id
+                if last is not None and not vid > last:
+                    continue
+                last = vid
+                got = True
+                if deadline is not None:
+                    deadline = time.monotonic() + timeout
+                yield {**e, "member": res["member"]}
+            if not got and res["state"] not in ("member", "paused"):
+                self._failed(res["member"], NotMember(res["state"]))
+
+    def views(self, after=None, timeout: Optional[float] = None) -> Iterator:
+        """Every view change, in order (``raygroups.stack.View``s), from the current view on.
+        Blocks between changes; see ``view_events`` for ``timeout``."""
+        for e in self.view_events(after, timeout):
+            yield e["view"]
+
+    async def view_events_async(self, after=None, timeout: Optional[float] = None,
+                                poll_s: float = 10.0) -> AsyncIterator[dict]:
+        last = after
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            wait = poll_s if deadline is None else min(poll_s, deadline - loop.time())
+            if wait <= 0:
+                return
+            try:
+                res = await self._acall("wait_for_view", last, wait,
+                                        timeout=wait + CALL_TIMEOUT_S)
+            except NoSuchGroup:
+                return
+            except (GroupClosed, NotMember):
+                await asyncio.to_thread(self._refresh)
+                if not self._handles:
+                    return
+                await asyncio.sleep(0.05)
+                continue
+            got = False
+            for e in res["views"]:
+                vid = e["view"].view_id
+                if last is not None and not vid > last:
+                    continue
+                last = vid
+                got = True
+                if deadline is not None:
+                    deadline = loop.time() + timeout
+                yield {**e, "member": res["member"]}
+            if not got and res["state"] not in ("member", "paused"):
+                self._failed(res["member"], NotMember(res["state"]))
+
+    async def views_async(self, after=None, timeout: Optional[float] = None) -> AsyncIterator:
+        async for e in self.view_events_async(after, timeout):
+            yield e["view"]
+
+    # -- operating members --------------------------------------------------------------------
+    def leave(self, member: str) -> None:
+        """``member`` leaves gracefully (its actor stays; ``rejoin`` brings it back)."""
+        self._call("leave", member=member)
+
+    async def leave_async(self, member: str) -> None:
+        await self._acall("leave", member=member)
+
+    def rejoin(self, member: str) -> dict:
+        """``member`` joins again (fresh UUID) after a leave; its info."""
+        return self._call("rejoin", member=member)
+
+    async def rejoin_async(self, member: str) -> dict:
+        return await self._acall("rejoin", member=member)
+
+    def pause(self, member: str, seconds: float) -> None:
+        """Debug: ``member`` stops answering for ``seconds``."""
+        self._call("pause", seconds, member=member)
+
+    async def pause_async(self, member: str, seconds: float) -> None:
+        await self._acall("pause", seconds, member=member)
+
+    def crash(self, member: str) -> None:
+        """Debug: ``member``'s process exits at once (Ray restarts it, fresh UUID)."""
+        h = self._handle(member)
+        h.crash.remote()
+
+    async def crash_async(self, member: str) -> None:
+        await asyncio.to_thread(self.crash, member)
+
+    def kill(self, member: str, restart: bool = False) -> None:
+        """``ray.kill`` the member's actor (``restart``: let Ray restart it; it rejoins with a
+        fresh UUID)."""
+        ray.kill(self._handle(member), no_restart=not restart)
+        if not restart:
+            self._handles.pop(member, None)
+
+    async def kill_async(self, member: str, restart: bool = False) -> None:
+        await asyncio.to_thread(self.kill, member, restart)
+
+    async def member_names_async(self) -> list:
+        return await asyncio.to_thread(self.member_names)
+
+    def info(self, member: str) -> dict:
+        """One member actor's own attributes (name, uuid, address, node_id, state, ...)."""
+        return self._call("info", member=member)
+
+    async def info_async(self, member: str) -> dict:
+        return await self._acall("info", member=member)
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Every member leaves, then its actor is killed; the names are free afterwards."""
+        self._gather(self._each("close", min(5.0, timeout)), timeout)
+        for h in [h for h in self._handles.values() if h is not None]:
+            try:
+                ray.kill(h, no_restart=True)
+            except Exception:
+                pass
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._refresh()
+            if not self._handles:
+                break
+            time.sleep(0.05)
+        self._handles.clear()
+
+    async def shutdown_async(self, timeout: float = 10.0) -> None:
+        await asyncio.to_thread(self.shutdown, timeout)

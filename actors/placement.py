@@ -1,0 +1,158 @@
+"""Where members go: names, Ray nodes, addresses, ports and stack configs.
+
+Members are named after their node, ``<node label>-<k>`` (k = 0, 1, ... on that node), so the
+same member gets the same name whoever launches it: a second ``Group.launch`` (or each node's
+``raygroups up`` in cluster.yaml) finds the existing actors by name and attaches
+(``get_if_exists``). The node label is the node's host name, or the host name plus the start
+of the node id when two live nodes share a host name. Actors are named
+``raygroups:<cluster>:<member>`` in the namespace ``raygroups``.
+
+Addresses: a member binds its sockets to its node's IP as Ray reports it, so on a local Ray
+started with ``_node_ip_address="127.0.0.1"`` everything stays on loopback. Ports: with every
+node on loopback ("local mode") the launcher picks free ports; on a real cluster member k of
+a node listens on ``port + k`` (7800 by default), so the static host list is known up front.
+"""
+from __future__ import annotations
+
+import ipaddress
+import re
+import socket
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+from raygroups.stack import StackConfig
+
+NAMESPACE = "raygroups"
+DEFAULT_PORT = 7800
+
+
+def actor_name(cluster: str, member: str) -> str:
+    return f"raygroups:{cluster}:{member}"
+
+
+def member_of(name: str, cluster: str) -> Optional[str]:
+    """The member name in an actor name of ``cluster``, else None."""
+    prefix = actor_name(cluster, "")
+    return name[len(prefix):] if name.startswith(prefix) else None
+
+
+def clusters_of(names: Iterable[str]) -> dict:
+    """{cluster: [member, ...]} of the raygroups actor names among ``names``."""
+    out: dict = {}
+    for n in names:
+        parts = n.split(":")
+        if len(parts) >= 3 and parts[0] == "raygroups":
+            out.setdefault(":".join(parts[1:-1]), []).append(parts[-1])
+    return out
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One member's place: its name, its node and its index on that node."""
+    name: str
+    node_id: str
+    node_ip: str
+    k: int
+
+
+def is_loopback(ip: str) -> bool:
+    try:
+        return ipaddress.ip_address(ip).is_loopback
+    except ValueError:
+        return ip == "localhost"
+
+
+def alive_nodes(nodes: Iterable[dict]) -> list[dict]:
+    """The live nodes of ``ray.nodes()``, head first, then by IP and node id."""
+    live = [n for n in nodes if n.get("Alive", n.get("alive", False))]
+
+    def key(n: dict) -> tuple:
+        head = "node:__internal_head__" in (n.get("Resources") or {})
+        return (not head, n.get("NodeManagerAddress", ""), n.get("NodeID", ""))
+    return sorted(live, key=key)
+
+
+def _clean(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "node"
+
+
+def node_labels(nodes: list[dict]) -> dict:
+    """{node id: label}: the host name, made unique with the node id's start if needed."""
+    hosts = [_clean(n.get("NodeManagerHostname") or n.get("NodeManagerAddress", "node"))
+             for n in nodes]
+    out = {}
+    for n, h in zip(nodes, hosts):
+        out[n["NodeID"]] = h if hosts.count(h) == 1 else f"{h}-{n['NodeID'][:6]}"
+    return out
+
+
+def plan(nodes: list[dict], members_per_node: int = 1, members: Optional[int] = None,
+         only_node: Optional[str] = None) -> list[Slot]:
+    """Slots on the live ``nodes``: ``members_per_node`` on each, or ``members`` in all, dealt
+    round-robin over the nodes (head first); ``only_node``: just that node's slots."""
+    if not nodes:
+        raise RuntimeError("no live Ray node")
+    labels = node_labels(nodes)
+    if members is not None:
+        if members < 1:
+            raise ValueError("members must be >= 1")
+        per = [0] * len(nodes)
+        for i in range(members):
+            per[i % len(nodes)] += 1
+    else:
+        if members_per_node < 1:
+            raise ValueError("members_per_node must be >= 1")
+        per = [members_per_node] * len(nodes)
+    slots = []
+    for n, count in zip(nodes, per):
+        if only_node is not None and n["NodeID"] != only_node:
+            continue
+        for k in range(count):
+            slots.append(Slot(f"{labels[n['NodeID']]}-{k}", n["NodeID"],
+                              n["NodeManagerAddress"], k))
+    return slots
+
+
+def free_port(ip: str = "127.0.0.1") -> int:
+    """A port free for both TCP and UDP on ``ip`` right now."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((ip, 0))
+            port = s.getsockname()[1]
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+                u.bind((ip, port))
+            return port
+        except OSError:
+            continue
+
+
+def stack_config(bind_addr: str, port: int, hosts: list, *, preset: Optional[str] = None,
+                 transport: str = "udp", discovery: Optional[str] = None,
+                 config: Optional[StackConfig] = None,
+                 options: Optional[dict] = None) -> StackConfig:
+    """The config of one member. Default discovery: the static list ``hosts`` (TCPPING) with
+    unicast fan-out (no IP multicast, which clouds do not carry); ``discovery="file:///dir"``
+    (or ``s3://``, ``ray-kv://``): the discovery store instead. ``preset`` defaults to
+    ``local`` on loopback, else ``lan``. ``config`` replaces the preset (its discovery is kept
+    unless ``discovery`` is given); ``options`` are ``layer__field=value`` overrides."""
+    opts: dict = {"bind_addr": bind_addr, "port": port}
+    if config is None:
+        preset = preset or ("local" if is_loopback(bind_addr) else "lan")
+        make = {"local": StackConfig.local, "lan": StackConfig.lan, "wan": StackConfig.wan}[preset]
+        cfg = make(transport)
+        opts["transport__ip_multicast"] = False
+        if discovery is None:
+            opts["initial_hosts"] = hosts
+    else:
+        cfg = config
+    if discovery is not None:
+        opts["discovery"] = discovery
+    opts.update(options or {})
+    return cfg.with_options(**opts)
+
+
+def describe_nodes(nodes: Iterable[dict]) -> list[dict]:
+    """A plain summary of ``ray.nodes()`` entries for output."""
+    return [{"node_id": n.get("NodeID"), "ip": n.get("NodeManagerAddress"),
+             "host": n.get("NodeManagerHostname"), "alive": n.get("Alive")} for n in nodes]

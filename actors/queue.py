@@ -1,0 +1,301 @@
+"""The replicated work queue through Ray (issue 7): client handles and the member side.
+
+```python
+from raygroups.actors import Group
+q = Group.attach("orders").queue("jobs", alternate="jobs.dead")
+q.publish(b"job-17")                 # returns once replicated on a majority of the primary
+d = q.acquire(timeout_s=5)           # a Delivery, held by this consumer only
+d.accept()                           # done: forgotten everywhere
+d.release()                          # back on the queue, deliverable on any member
+d.reject()                           # to the alternate queue, exactly once
+```
+
+Every call has an async twin (``publish_async``, ``acquire_async``, ``accept_async``, ...).
+Batches go in one Ray call each (``publish_many``, ``acquire_many``, ``settle_many``): the
+data path is the members' own sockets, Ray carries only the calls.
+
+Member side: ``QueueHost`` belongs to a ``MemberActor``; ``attach(channel)`` puts the work
+queue service (stack/runtime/workqueue.py) on each new channel before it connects, and the
+``QueueMethods`` mixin gives the actor its ``queue_*`` methods. A Delivery is held by the
+member actor that acquired it (the consumer is that member); settling goes back to it. When
+that member crashes, what it held is requeued and another member delivers it.
+
+Errors are the work queue's own, re-raised unwrapped: QueueNotPrimary (a minority),
+QueueOutcomeUnknown, QueueFull, NoSuchQueue, StaleEpoch, NotAcquired, AcquireTimeout,
+MessageTooLarge.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Optional
+
+from raygroups.stack.workqueue import AcquireTimeout, WorkQueueConfig
+
+CALL_TIMEOUT_S = 60.0
+
+
+# ==========================================================================================
+# client side
+# ==========================================================================================
+class Delivery:
+    """A message acquired through a member actor. ``body``, ``id`` ((publisher uuid hex,
+    sequence)), ``redelivered``; settle with ``accept``/``release``/``reject`` (or their
+    ``_async`` twins), once."""
+    __slots__ = ("handle", "queue", "member", "body", "id", "token", "redelivered")
+
+    def __init__(self, handle: "WorkQueueHandle", info: dict):
+        self.handle = handle
+        self.queue = info["queue"]
+        self.member = info["member"]
+        self.body = info["body"]
+        self.id = (info["publisher"], info["seq"])
+        self.token = tuple(info["token"])
+        self.redelivered = info["redelivered"]
+
+    def accept(self) -> None:
+        self.handle._settle("accept", [self])
+
+    def release(self) -> None:
+        self.handle._settle("release", [self])
+
+    def reject(self) -> None:
+        self.handle._settle("reject", [self])
+
+    async def accept_async(self) -> None:
+        await self.handle._settle_async("accept", [self])
+
+    async def release_async(self) -> None:
+        await self.handle._settle_async("release", [self])
+
+    async def reject_async(self) -> None:
+        await self.handle._settle_async("reject", [self])
+
+    def __repr__(self) -> str:
+        return (f"Delivery({self.queue!r}, seq={self.id[1]}, member={self.member}, "
+                f"redelivered={self.redelivered}, {len(self.body)} bytes)")
+
+
+class WorkQueueHandle:
+    """A queue of a group, used through its member actors (``Group.queue``). ``member``:
+    always this member (e.g. one consumer per member); None: whichever member the group
+    handle uses (it moves on when that one is gone)."""
+
+    def __init__(self, group: Any, name: str, alternate: Optional[str] = None,
+                 member: Optional[str] = None, max_depth: Optional[int] = None,
+                 max_bytes: Optional[int] = None, create: bool = True):
+        self.group, self.name, self.alternate, self.member = group, name, alternate, member
+        self._limits = (max_depth, max_bytes)
+        if create:
+            self.group._call("queue_declare", name, alternate, max_depth, max_bytes,
+                             member=member)
+
+    def __repr__(self) -> str:
+        return f"WorkQueueHandle({self.group.cluster!r}, {self.name!r}, member={self.member})"
+
+    def on(self, member: str) -> "WorkQueueHandle":
+        """The same queue, used through ``member``."""
+        return WorkQueueHandle(self.group, self.name, self.alternate, member, create=False)
+
+    # -- publishing -----------------------------------------------------------------------
+    def publish(self, body: bytes) -> tuple:
+        """Returns the message id once a majority of the primary component applied it."""
+        return self.publish_many([body])[0]
+
+    def publish_many(self, bodies: list) -> list:
+        """Many messages in one call (batched into few multicasts); their ids."""
+        return [tuple(x) for x in self.group._call("queue_publish", self.name, list(bodies),
+                                                    member=self.member)]
+
+    async def publish_async(self, body: bytes) -> tuple:
+        return (await self.publish_many_async([body]))[0]
+
+    async def publish_many_async(self, bodies: list) -> list:
+        out = await self.group._acall("queue_publish", self.name, list(bodies),
+                                      member=self.member)
+        return [tuple(x) for x in out]
+
+    # -- acquiring ------------------------------------------------------------------------
+    def acquire(self, timeout_s: Optional[float] = None) -> Delivery:
+        """The next message; waits while another member owns the queue. Raises
+        AcquireTimeout when nothing came within ``timeout_s``."""
+        got = self.acquire_many(1, timeout_s, _many=False)
+        if not got:
+            raise AcquireTimeout(f"nothing acquired from {self.name!r} in {timeout_s}s")
+        return got[0]
+
+    def acquire_many(self, n: int, timeout_s: Optional[float] = None,
+                     _many: bool = True) -> list:
+        """Up to ``n`` messages (at least one unless ``timeout_s`` passed: then [])."""
+        infos = self.group._call("queue_acquire", self.name, n, timeout_s, _many,
+                                 member=self.member, timeout=(timeout_s or 0) + CALL_TIMEOUT_S)
+        return [Delivery(self, i) for i in infos]
+
+    async def acquire_async(self, timeout_s: Optional[float] = None) -> Delivery:
+        got = await self.acquire_many_async(1, timeout_s, _many=False)
+        if not got:
+            raise AcquireTimeout(f"nothing acquired from {self.name!r} in {timeout_s}s")
+        return got[0]
+
+    async def acquire_many_async(self, n: int, timeout_s: Optional[float] = None,
+                                 _many: bool = True) -> list:
+        infos = await self.group._acall("queue_acquire", self.name, n, timeout_s, _many,
+                                        member=self.member,
+                                        timeout=(timeout_s or 0) + CALL_TIMEOUT_S)
+        return [Delivery(self, i) for i in infos]
+
+    # -- settling -------------------------------------------------------------------------
+    def settle_many(self, op: str, deliveries: list) -> None:
+        """accept/release/reject many deliveries (grouped per member, one call each)."""
+        self._settle(op, deliveries)
+
+    async def settle_many_async(self, op: str, deliveries: list) -> None:
+        await self._settle_async(op, deliveries)
+
+    @staticmethod
+    def _by_member(deliveries: list) -> dict:
+        out: dict = {}
+        for d in deliveries:
+            out.setdefault((d.member, d.queue), []).append(list(d.token))
+        return out
+
+    def _settle(self, op: str, deliveries: list) -> None:
+        first = None
+        for (member, queue), tokens in self._by_member(deliveries).items():
+            errs = self.group._call("queue_settle", queue, op, tokens, member=member)
+            first = first or next((e for e in errs if e is not None), None)
+        if first is not None:
+            raise first
+
+    async def _settle_async(self, op: str, deliveries: list) -> None:
+        first = None
+        for (member, queue), tokens in self._by_member(deliveries).items():
+            errs = await self.group._acall("queue_settle", queue, op, tokens, member=member)
+            first = first or next((e for e in errs if e is not None), None)
+        if first is not None:
+            raise first
+
+    # -- reading --------------------------------------------------------------------------
+    def info(self) -> dict:
+        """depth, available, acquired, bytes, owner, counters, as the member sees them."""
+        return self.group._call("queue_info", self.name, member=self.member)
+
+    def depth(self) -> int:
+        return self.info().get("depth", 0)
+
+
+# ==========================================================================================
+# member side
+# ==========================================================================================
+class QueueHost:
+    """The work queue service of one member actor, across its channels (a rejoin makes a
+    new channel, hence a new service)."""
+
+    def __init__(self, member_name: str, config: Optional[WorkQueueConfig] = None):
+        self.member_name = member_name
+        self.config = config or WorkQueueConfig()
+        self.service = None
+        self.held: dict = {}    # (queue, token) -> runtime Delivery handed to a client
+
+    def attach(self, channel: Any) -> None:
+        """Before ``channel.connect()``: the work queues ride on this channel."""
+        from raygroups.stack.runtime.workqueue import WorkQueues
+        if self.service is not None:
+            old = self.service
+            asyncio.get_running_loop().create_task(old.close())
+        self.held = {}
+        self.service = WorkQueues(channel, self.config)
+
+    def _svc(self):
+        from raygroups.stack.workqueue import QueueNotPrimary
+        if self.service is None or self.service.channel.stack is None:
+            raise QueueNotPrimary(f"{self.member_name} has no channel")
+        return self.service
+
+    async def declare(self, name: str, alternate: Optional[str] = None,
+                      max_depth: Optional[int] = None, max_bytes: Optional[int] = None) -> dict:
+        await self._svc().wait_active(30.0)
+        q = await self._svc().queue(name, alternate, max_depth, max_bytes)
+        return q.info()
+
+    async def publish(self, name: str, bodies: list) -> list:
+        from raygroups.stack.runtime.workqueue import WorkQueue
+        q = WorkQueue(self._svc(), name, None)
+        ids = await q.publish_many(bodies)
+        return [(pub.hex(), seq) for pub, seq in ids]
+
+    async def acquire(self, name: str, n: int = 1, timeout_s: Optional[float] = None,
+                      many: bool = True) -> list:
+        from raygroups.stack.runtime.workqueue import WorkQueue
+        q = WorkQueue(self._svc(), name, None)
+        if many:
+            got = await q.acquire_many(n, timeout_s)
+        else:
+            try:
+                got = [await q.acquire(timeout_s)]
+            except AcquireTimeout:
+                got = []
+        out = []
+        for d in got:
+            self.held[(name, d.token)] = d
+            out.append({"queue": name, "member": self.member_name, "body": d.body,
+                        "publisher": d.id[0].hex(), "seq": d.id[1], "token": list(d.token),
+                        "redelivered": d.redelivered})
+        return out
+
+    async def settle(self, name: str, op: str, tokens: list) -> list:
+        """[None or the error] per token."""
+        from raygroups.stack.workqueue import NotAcquired, StaleEpoch
+        svc = self._svc()
+        out = []
+        todo = []
+        for t in tokens:
+            d = self.held.get((name, tuple(t)))
+            if d is None:
+                out.append(NotAcquired(f"{name!r}: no delivery {tuple(t)} held at "
+                                       f"{self.member_name}"))
+            else:
+                out.append(None)
+                todo.append((len(out) - 1, t, d))
+
+        async def one(i, t, d):
+            try:
+                await svc._call(lambda cb: svc.replica.settle(op, d.acquired, cb))
+                self.held.pop((name, tuple(t)), None)
+            except Exception as e:
+                if isinstance(e, (StaleEpoch, NotAcquired)):
+                    self.held.pop((name, tuple(t)), None)  # not ours any more
+                out[i] = e
+        await asyncio.gather(*[one(i, t, d) for i, t, d in todo])
+        return out
+
+    def info(self, name: Optional[str] = None) -> dict:
+        if self.service is None or self.service.replica is None:
+            return {}
+        info = self.service.info()
+        return info["queues"].get(name, {}) if name is not None else info
+
+    async def close(self) -> None:
+        if self.service is not None:
+            await self.service.close()
+
+
+class QueueMethods:
+    """Mixin of ``MemberActor``: its ``queue_*`` methods. Needs ``self.queue_host``."""
+
+    async def queue_declare(self, name: str, alternate: Optional[str] = None,
+                            max_depth: Optional[int] = None,
+                            max_bytes: Optional[int] = None) -> dict:
+        return await self.queue_host.declare(name, alternate, max_depth, max_bytes)
+
+    async def queue_publish(self, name: str, bodies: list) -> list:
+        return await self.queue_host.publish(name, bodies)
+
+    async def queue_acquire(self, name: str, n: int = 1, timeout_s: Optional[float] = None,
+                            many: bool = True) -> list:
+        return await self.queue_host.acquire(name, n, timeout_s, many)
+
+    async def queue_settle(self, name: str, op: str, tokens: list) -> list:
+        return await self.queue_host.settle(name, op, tokens)
+
+    def queue_info(self, name: Optional[str] = None) -> dict:
+        return self.queue_host.info(name)

@@ -1,0 +1,240 @@
+"""Store discovery costs: store calls per join and bytes per member (seed 000, JGRP-1841).
+
+For N = 10, 100 and 1,000 members, in the simulator with the counting store (every call of
+every member counted by kind): a group of N-1 members started from a bootstrap file (seeded
+UUIDs 1..N-1, short logical names A, B, ..., no discovery round), then joiners with fresh
+random UUIDs that discover through the store, one after the other. Per join: the joiner's
+store reads (list + get) and the coordinator's writes. Bytes: the coordinator's members file
+after the joins, per member line (newline included) and per member for the whole file;
+"seeded" is the bootstrap-started group's file (short numeric UUIDs, the seed's scenario:
+~35 B/member), "random" the same members with random UUIDs (36 characters each). N = 10 also
+runs with real channels on loopback against the directory store and, if moto is installed,
+moto's S3 server (a real HTTP S3 API on 127.0.0.1).
+
+Compared with one file per member (JGroups' FILE_PING/S3_PING before JGRP-1841): a join lists
+the directory and reads every member's file, N reads, and writes its own file.
+
+Targets: at most 2 store reads per join whatever N; the coordinator 1 write per join; at most
+40 bytes per member line on average with short logical names.
+
+    python bench/discovery.py            # the table
+    python bench/discovery.py --quick    # N = 10 and 100 only
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import sys
+import tempfile
+import time
+import uuid
+
+from raygroups.stack import Channel, StackConfig
+from raygroups.stack.discovery import Entry, MembersFile
+from raygroups.stack.discovery.bootstrap import column_name
+from raygroups.stack.discovery.members_file import file_name
+from raygroups.stack.sim import Simulation
+
+CLUSTER = "bench"
+JOINS = 3
+# timers for a big simulated group: the join path is the same, periodic traffic is rare
+LAZY = dict(stable__desired_avg_gossip_s=30.0, swim__probe_interval_s=10.0,
+            swim__probe_timeout_s=5.0, nakack__highest_interval_s=1.0,
+            nakack__xmit_interval_s=1.0, unicast__xmit_interval_s=1.0,
+            merge__info_interval_s=30.0, gms__merge_check_s=30.0,
+            store__rendezvous_interval_s=3600.0, gms__view_bundling_s=0.05,
+            gms__view_ack_timeout_s=5.0, gms__join_timeout_s=3.0,
+            # a VIEW or JOIN_RSP of ~1,000 members is ~60 KB: more than one 60 KB datagram,
+            # and GMS's own messages are not fragmented (FRAG sits above GMS); the simulator
+            # carries them in larger frames, as TCP would
+            transport__max_bundle_size=1_000_000)
+
+
+class CoreConfig(StackConfig):
+    """The simulated groups run the core of the views stack (transport, store discovery,
+    merge, SWIM, NAKACK, UNICAST, STABLE, GMS): the layers above GMS never call the store,
+    and the primary component's state exchange (every member multicasts its state after
+    each view: N^2 messages per view change) would make 1,000 members take hours here."""
+
+    def build(self, cluster, name, host, rng, uid=None):
+        from raygroups.stack.discovery.store_discovery import StoreDiscovery
+        from raygroups.stack.gms import Gms
+        from raygroups.stack.merge import MergeDetector
+        from raygroups.stack.nakack import NakAck
+        from raygroups.stack.stable import Stable
+        from raygroups.stack.stack import Stack
+        from raygroups.stack.swim import Swim
+        from raygroups.stack.transport import Transport
+        from raygroups.stack.unicast import Unicast
+        layers = [Transport(self.transport), StoreDiscovery(self.store),
+                  MergeDetector(self.merge), Swim(self.swim), NakAck(self.nakack),
+                  Unicast(self.unicast), Stable(self.stable), Gms(self.gms)]
+        return Stack(cluster, name, layers, host, rng, uid)
+
+
+def random_uuid_bytes(mf: MembersFile) -> float:
+    rnd = MembersFile([Entry(e.name, uuid.uuid4().bytes, e.host, e.port, e.coord) for e in mf])
+    return rnd.line_bytes()
+
+
+def settle(sim, pred, limit_s: float, what: str) -> None:
+    """Run in 50 ms steps until ``pred`` (checking a big group after every event is slow)."""
+    end = sim.now + limit_s
+    while not pred():
+        if sim.now > end:
+            raise TimeoutError(f"{what} not reached in {limit_s}s simulated")
+        sim.run_for(0.05)
+
+
+def sim_run(n: int, seed: int = 1) -> dict:
+    sim = Simulation(seed)
+    started = time.time()
+    base = [sim.add_member(CLUSTER, column_name(i), start=False) for i in range(n - JOINS)]
+    boot = MembersFile([Entry(m.name, (i + 1).to_bytes(16, "big"), *m.local_phys, i == 0)
+                        for i, m in enumerate(base)])
+    cfg = CoreConfig.lan(discovery="memory://bench", bootstrap=boot, **LAZY)
+    for m in base:
+        m.config = cfg
+    base[0]._boot()
+    sim.run_until(lambda: base[0].view is not None, 30, "first member")
+    for m in base[1:]:
+        m._boot()
+    settle(sim, lambda: all(m.view is not None and len(m.view) == len(base) for m in base),
+           600, f"{len(base)} bootstrap members")
+    seeded = MembersFile.parse(sim.store.get(CLUSTER, "1.list")[0])
+    coord = base[0]
+    members = list(base)
+    reads, writes = [], []
+    for k in range(JOINS):
+        puts = coord.store.calls["put"]
+        j = sim.add_member(CLUSTER, column_name(len(members)), cfg.with_options(
+            store__use_bootstrap_identity=False, store__bootstrap=None))
+        members.append(j)
+        target = len(members)
+
+        def joined() -> bool:
+            mf = sim.store.get(CLUSTER, "1.list")
+            return all(m.view is not None and len(m.view) == target for m in members) and \
+                mf is not None and len(MembersFile.parse(mf[0])) == target
+        settle(sim, joined, 600, f"join {k}")
+        reads.append(j.store.calls["list"] + j.store.calls["get"])
+        writes.append(coord.store.calls["put"] - puts)
+        assert not j.store.calls["put"]
+    final = MembersFile.parse(sim.store.get(CLUSTER, "1.list")[0])
+    data = sim.store.get(CLUSTER, "1.list")[0]
+    return {"n": n, "where": "simulator", "store": "counting", "reads": max(reads),
+            "writes": max(writes), "line": final.line_bytes(), "file": len(data) / len(final),
+            "seeded": seeded.line_bytes(), "random": random_uuid_bytes(final),
+            "secs": time.time() - started}
+
+
+async def real_run(n: int, url: str, store: str) -> dict:
+    cfg = StackConfig.local(discovery=url, transport__ip_multicast=False,
+                            store__rendezvous_interval_s=3600.0)
+    loop = asyncio.get_running_loop()
+    started = time.time()
+    chans = [Channel(CLUSTER, column_name(0), cfg)]
+    await chans[0].connect(30)
+    check = chans[0].runtime.store.store  # the process's caching store, for reading back
+
+    async def until(pred, what):
+        deadline = loop.time() + 60
+        while not pred():
+            if loop.time() > deadline:
+                raise TimeoutError(what)
+            await asyncio.sleep(0.01)
+
+    def listed(k: int) -> bool:
+        got = check.inner.get(CLUSTER, file_name(chans[0].address.uid))
+        return got is not None and len(MembersFile.parse(got[0])) == k
+
+    await until(lambda: listed(1), "founder's file")
+    reads, writes = [], []
+    for i in range(1, n):
+        puts = chans[0].runtime.store.calls["put"]
+        ch = Channel(CLUSTER, column_name(i), cfg)
+        await ch.connect(30)
+        chans.append(ch)
+        await until(lambda: listed(len(chans)) and all(len(c.view) == len(chans) for c in chans),
+                    f"join {i}")
+        c = ch.runtime.store.calls
+        reads.append(c["list"] + c["get"])
+        writes.append(chans[0].runtime.store.calls["put"] - puts)
+    data = check.inner.get(CLUSTER, file_name(chans[0].address.uid))[0]
+    final = MembersFile.parse(data)
+    await asyncio.gather(*(c.close() for c in chans))
+    return {"n": n, "where": "real channels", "store": store, "reads": max(reads),
+            "writes": max(writes), "line": final.line_bytes(), "file": len(data) / len(final),
+            "seeded": None, "random": final.line_bytes(), "secs": time.time() - started}
+
+
+def moto_url() -> tuple:
+    try:
+        import boto3
+        from moto.server import ThreadedMotoServer
+    except ImportError:
+        return None, None
+    import logging
+    import socket
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="x",
+                 aws_secret_access_key="x").create_bucket(Bucket="raygroups-bench")
+    return (f"s3://raygroups-bench/b?endpoint_url={endpoint}&aws_access_key_id=x"
+            f"&aws_secret_access_key=x"), server
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        rows.append(asyncio.run(real_run(10, f"file://{d}/store", "directory")))
+    url, server = moto_url()
+    if url:
+        try:
+            rows.append(asyncio.run(real_run(10, url, "S3 (moto server)")))
+        finally:
+            server.stop()
+    for n in ((10, 100) if args.quick else (10, 100, 1000)):
+        rows.append(sim_run(n))
+        print(f"  simulated N={n} in {rows[-1]['secs']:.0f}s", file=sys.stderr)
+
+    print("\nStore calls per join and bytes per member (one members file per coordinator)\n")
+    print("| N | run | store | reads/join (max) | coordinator writes/join | B/line (file) "
+          "| B/member (whole file) | B/line seeded UUIDs | B/line random UUIDs "
+          "| reads/join, one file per member |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        seeded = f"{r['seeded']:.1f}" if r["seeded"] is not None else "-"
+        print(f"| {r['n']} | {r['where']} | {r['store']} | {r['reads']} | {r['writes']} "
+              f"| {r['line']:.1f} | {r['file']:.1f} | {seeded} | {r['random']:.1f} "
+              f"| {r['n']} |")
+    print("\nTargets")
+    print(f"- a join costs at most 2 store reads whatever N: "
+          f"{verdict(all(r['reads'] <= 2 for r in rows))} "
+          f"(max {max(r['reads'] for r in rows)}; one file per member: N reads)")
+    print(f"- the coordinator writes once per join: "
+          f"{verdict(all(r['writes'] == 1 for r in rows))}")
+    seeded = [r["seeded"] for r in rows if r["seeded"] is not None]
+    print(f"- <= 40 B per member line, short names (bootstrap file, seeded UUIDs as in the "
+          f"seed): {verdict(max(seeded) <= 40)} (max {max(seeded):.1f} B; seed: ~35 B)")
+    rnd = max(r["random"] for r in rows)
+    print(f"- <= 40 B per member line, short names, random UUIDs: {verdict(rnd <= 40)} "
+          f"({rnd:.1f} B: a full UUID alone is 36 characters)")
+
+
+if __name__ == "__main__":
+    main()

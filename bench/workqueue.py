@@ -1,0 +1,501 @@
+"""Work queue throughput and latency, publish -> accept, with 3 members on loopback
+(issue 7), against RabbitMQ 3.10 quorum queues when ``rabbitmq-server`` is installed.
+
+raygroups: each member is its own process (QueueChannel over UDP, static discovery); every
+member publishes and consumes. Throughput: N messages published (batches of ``--batch``,
+``--window`` batches in flight per publisher, each publish completing once a majority
+applied it) and acquired + accepted (``acquire_many`` + ``settle_many``); the figure is N
+over the time from the first publish until the last accept completed. Latency: paced
+publishes stamped with the (system-wide) monotonic clock; the delay until the consumer
+holds the message (acquire completed), p50/p99.
+
+Modes: active-passive: one queue, every member consumes it (one owner at a time; ownership
+moves on when its time slice ends); active-active: 4 queues, every member consumes all of
+them (ownership of the 4 spreads over the members).
+
+RabbitMQ: a 3-node cluster started on loopback inside the benchmark (its own temporary
+RABBITMQ_MNESIA_BASE/RABBITMQ_LOG_BASE, ports, Erlang cookie and epmd; stopped after),
+quorum queues (replicated on the 3 nodes, Raft, written to disk), one publisher process
+and one consumer process per node with pika (publisher confirms with a window of
+outstanding messages; consumer prefetch and manual acks). Without ``rabbitmq-server`` (or
+pika) that part prints "RabbitMQ not installed: skipped".
+
+    python bench/workqueue.py            # the table
+    python bench/workqueue.py --quick    # fewer messages
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import tempfile
+import time
+
+STAMP = struct.Struct("!dI")
+MEMBERS = 3
+
+
+def free_ports(n: int) -> list:
+    out = []
+    while len(out) < n:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            p = s.getsockname()[1]
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+                u.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        if p not in out:
+            out.append(p)
+    return out
+
+
+def pct(xs: list, p: float) -> float:
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p / 100 * len(xs)))]
+
+
+# ==========================================================================================
+# raygroups
+# ==========================================================================================
+def rg_member(i: int, ports: list, cluster: str, queues: list, count: int, paced: int,
+              rate: float, size: int, batch: int, window: int, uvloop: bool,
+              accepted, barrier, out) -> None:
+    if uvloop:
+        import uvloop as uv
+        uv.install()
+    asyncio.run(_rg_member(i, ports, cluster, queues, count, paced, rate, size, batch, window,
+                           accepted, barrier, out))
+
+
+async def _rg_member(i, ports, cluster, queues, count, paced, rate, size, batch, window,
+                     accepted, barrier, out) -> None:
+    from raygroups.stack import StackConfig
+    from raygroups.stack.runtime.workqueue import QueueChannel
+    from raygroups.stack.workqueue import WorkQueueConfig
+    cfg = StackConfig.local(transport__ip_multicast=False, port=ports[i],
+                            initial_hosts=[("127.0.0.1", p) for p in ports],
+                            primary__expected_size=len(ports))
+    ch = QueueChannel(cluster, name=f"m{i}", config=cfg, queue_config=WorkQueueConfig())
+    await ch.connect(timeout=30)
+    while ch.view is None or len(ch.view) < len(ports):
+        await asyncio.sleep(0.01)
+    await ch.queues.wait_active(30)
+    qs = [await ch.queue(name) for name in queues]
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, barrier.wait)
+    pad = b"x" * max(0, size - STAMP.size)
+    total = count + paced
+    mine = [k for k in range(count) if k % len(ports) == i]
+    my_paced = [k for k in range(count, total) if k % len(ports) == i]
+    res = {"first_pub": None, "last_accept": 0.0, "lat": [], "accepted": 0}
+    done = asyncio.Event()
+
+    async def publisher() -> None:
+        sem = asyncio.Semaphore(window)
+        tasks = []
+        res["first_pub"] = time.monotonic()
+        for j in range(0, len(mine), batch):
+            chunk = mine[j:j + batch]
+            await sem.acquire()
+            now = time.monotonic()
+            bodies = [STAMP.pack(now, k) + pad for k in chunk]
+            q = qs[(j // batch) % len(qs)]
+            t = asyncio.create_task(q.publish_many(bodies))
+            t.add_done_callback(lambda _t: sem.release())
+            tasks.append(t)
+        await asyncio.gather(*tasks)
+        # latency: paced, one at a time, spread over the run
+        gap = len(ch.view) / rate
+        for n, k in enumerate(my_paced):
+            await asyncio.sleep(gap)
+            await qs[n % len(qs)].publish(STAMP.pack(time.monotonic(), k) + pad)
+
+    async def consumer(q) -> None:
+        # acquire the next batch while the last ones are being accepted (a few in flight)
+        sem = asyncio.Semaphore(4)
+
+        async def accept(got) -> None:
+            try:
+                await q.settle_many("accept", got)
+            finally:
+                sem.release()
+            res["last_accept"] = time.monotonic()
+            res["accepted"] += len(got)
+            with accepted.get_lock():
+                accepted.value += len(got)
+                if accepted.value >= total:
+                    done.set()
+
+        tasks = []
+        while not done.is_set():
+            got = await q.acquire_many(batch, timeout=0.1)
+            if not got:
+                if accepted.value >= total:
+                    done.set()
+                continue
+            now = time.monotonic()
+            for d in got:
+                stamp, k = STAMP.unpack_from(d.body)
+                if k >= count:
+                    res["lat"].append(now - stamp)
+            await sem.acquire()
+            tasks.append(asyncio.create_task(accept(got)))
+        await asyncio.gather(*tasks)
+
+    async def watch() -> None:
+        while not done.is_set():
+            if accepted.value >= total:
+                done.set()
+            await asyncio.sleep(0.02)
+
+    pub = asyncio.create_task(publisher())
+    await asyncio.wait_for(asyncio.gather(pub, watch(), *[consumer(q) for q in qs]), 600)
+    res["stats"] = ch.queues.info()["stats"]
+    if os.environ.get("BENCH_DEBUG"):
+        st = ch.stats()
+        res["stack"] = {k: {x: y for x, y in v.items() if y} for k, v in st.items()
+                        if k in ("nakack", "flow_control", "sequencer", "transport", "runtime",
+                                 "unicast", "stable", "frag")}
+    out.put((i, res))
+    await loop.run_in_executor(None, barrier.wait)  # nobody leaves before all are done
+    await ch.close(timeout=2)
+
+
+def run_raygroups(mode: str, count: int, paced: int, rate: float, size: int, batch: int,
+                  window: int, uvloop: bool) -> dict:
+    queues = ["q0"] if mode == "active-passive" else ["q0", "q1", "q2", "q3"]
+    ports = free_ports(MEMBERS)
+    ctx = mp.get_context("spawn")
+    accepted, barrier, out = ctx.Value("q", 0), ctx.Barrier(MEMBERS), ctx.Queue()
+    cluster = f"bench-queue-{os.getpid()}-{ports[0]}"
+    procs = [ctx.Process(target=rg_member, args=(i, ports, cluster, queues, count, paced, rate,
+                                                 size, batch, window, uvloop, accepted,
+                                                 barrier, out)) for i in range(MEMBERS)]
+    for p in procs:
+        p.start()
+        time.sleep(0.2)
+    results = {}
+    try:
+        for _ in procs:
+            i, r = out.get(timeout=900)
+            results[i] = r
+    finally:
+        for p in procs:
+            p.join(timeout=20)
+            if p.is_alive():
+                p.kill()
+    first = min(r["first_pub"] for r in results.values())
+    last = max(r["last_accept"] for r in results.values())
+    lat = [x for r in results.values() for x in r["lat"]]
+    slices = sum(r["stats"].get("time_slices", 0) for r in results.values())
+    per_member = [r["accepted"] for _, r in sorted(results.items())]
+    if os.environ.get("BENCH_DEBUG"):
+        for i, r in sorted(results.items()):
+            print(f"  m{i}: {r['stats']}\n      {r.get('stack')}")
+    return {"msgs": count + paced, "secs": last - first, "rate": (count + paced) / (last - first),
+            "p50": pct(lat, 50) * 1e3, "p99": pct(lat, 99) * 1e3, "owner_moves": slices,
+            "per_member": per_member}
+
+
+# ==========================================================================================
+# RabbitMQ 3.10, quorum queues, 3 nodes on loopback
+# ==========================================================================================
+RABBIT_BIN = "/usr/lib/rabbitmq/bin"
+
+
+class RabbitCluster:
+    """Three rabbitmq-server nodes on loopback with private dirs, ports, cookie and epmd."""
+
+    def __init__(self, n: int = 3):
+        self.n = n
+        self.dir = tempfile.mkdtemp(prefix="rg-rabbit-")
+        self.procs: list = []
+        ports = free_ports(2 * n + 1)
+        self.amqp = ports[:n]
+        self.dist = ports[n:2 * n]
+        self.epmd = ports[2 * n]
+        self.names = [f"rgbench{k}@localhost" for k in range(n)]
+        with open(os.path.join(self.dir, ".erlang.cookie"), "w") as f:
+            f.write("RAYGROUPSBENCHCOOKIE")
+        os.chmod(os.path.join(self.dir, ".erlang.cookie"), 0o400)
+        open(os.path.join(self.dir, "enabled_plugins"), "w").write("[].\n")
+
+    def env(self, k: int = 0) -> dict:
+        e = dict(os.environ)
+        e.update({
+            "HOME": self.dir, "ERL_EPMD_PORT": str(self.epmd),
+            "RABBITMQ_NODENAME": self.names[k], "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_PORT": str(self.amqp[k]), "RABBITMQ_DIST_PORT": str(self.dist[k]),
+            "RABBITMQ_MNESIA_BASE": os.path.join(self.dir, f"mnesia{k}"),
+            "RABBITMQ_LOG_BASE": os.path.join(self.dir, f"log{k}"),
+            "RABBITMQ_PID_FILE": os.path.join(self.dir, f"node{k}.pid"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": os.path.join(self.dir, "enabled_plugins"),
+            "RABBITMQ_CONFIG_FILE": os.path.join(self.dir, "rabbitmq"),
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS":
+                "-kernel inet_dist_use_interface {127,0,0,1}",
+            "RABBITMQ_ALLOW_INPUT": "", "RABBITMQ_CONF_ENV_FILE": os.path.join(self.dir, "env"),
+        })
+        return e
+
+    def ctl(self, k: int, *args: str, timeout: float = 120) -> str:
+        r = subprocess.run([f"{RABBIT_BIN}/rabbitmqctl", "-n", self.names[k], *args],
+                           env=self.env(k), capture_output=True, text=True, timeout=timeout)
+        if r.returncode != 0:
+            raise RuntimeError(f"rabbitmqctl {' '.join(args)}: {r.stdout} {r.stderr}")
+        return r.stdout
+
+    def await_node(self, k: int, timeout: float = 120.0) -> None:
+        """Until node k runs (await_startup fails at once while the node has not even
+        registered with epmd yet)."""
+        end = time.monotonic() + timeout
+        while True:
+            try:
+                self.ctl(k, "await_startup", "--timeout", "30", timeout=60)
+                return
+            except (RuntimeError, subprocess.TimeoutExpired):
+                if time.monotonic() > end or self.procs[k].poll() is not None:
+                    raise
+                time.sleep(0.5)
+
+    def start(self) -> None:
+        for k in range(self.n):
+            log = open(os.path.join(self.dir, f"server{k}.out"), "w")
+            self.procs.append(subprocess.Popen([f"{RABBIT_BIN}/rabbitmq-server"], env=self.env(k),
+                                               stdout=log, stderr=subprocess.STDOUT,
+                                               start_new_session=True))
+        for k in range(self.n):
+            self.await_node(k)
+        for k in range(1, self.n):
+            self.ctl(k, "stop_app")
+            self.ctl(k, "join_cluster", self.names[0])
+            self.ctl(k, "start_app")
+        for k in range(self.n):
+            self.await_node(k)
+
+    def stop(self) -> None:
+        for k in range(self.n):
+            try:
+                self.ctl(k, "stop", timeout=60)
+            except Exception:
+                pass
+        for p in self.procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+        subprocess.run(["epmd", "-kill"], env=self.env(0), capture_output=True, timeout=10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def rabbit_publisher(port: int, queues: list, keys: list, size: int, window: int,
+                     paced: list, rate: float, barrier, out) -> None:
+    import pika
+    pad = b"x" * max(0, size - STAMP.size)
+    conn = pika.SelectConnection(pika.ConnectionParameters("127.0.0.1", port),
+                                 on_open_callback=lambda c: c.channel(on_open_callback=opened))
+    st = {"next": 0, "acked": 0, "outstanding": 0, "tag": 0, "first": None, "paced": 0}
+    total = len(keys) + len(paced)
+
+    def opened(ch) -> None:
+        st["ch"] = ch
+        ch.confirm_delivery(on_confirm)
+        barrier.wait()
+        st["first"] = time.monotonic()
+        pump()
+
+    def publish(k: int) -> None:
+        ch = st["ch"]
+        ch.basic_publish("", queues[k % len(queues)], STAMP.pack(time.monotonic(), k) + pad,
+                         pika.BasicProperties(delivery_mode=2))
+        st["tag"] += 1
+        st["outstanding"] += 1
+
+    def pump() -> None:
+        while st["next"] < len(keys) and st["outstanding"] < window:
+            publish(keys[st["next"]])
+            st["next"] += 1
+        if st["next"] >= len(keys) and st["outstanding"] == 0 and st["paced"] < len(paced):
+            publish(paced[st["paced"]])
+            st["paced"] += 1
+
+    def on_confirm(frame) -> None:
+        m = frame.method
+        if m.multiple:
+            n = m.delivery_tag - st["acked"]
+        else:
+            n = 1
+        st["acked"] = max(st["acked"], m.delivery_tag) if m.multiple else st["acked"] + 1
+        st["outstanding"] -= n
+        if st["next"] >= len(keys):
+            if st["acked"] >= total:
+                out.put(("pub", st["first"]))
+                conn.close()
+                return
+            if st["paced"] < len(paced):
+                conn.ioloop.call_later(MEMBERS / rate, pump)
+                return
+        pump()
+
+    conn.ioloop.start()
+
+
+def rabbit_consumer(port: int, queues: list, count: int, total: int, prefetch: int,
+                    accepted, barrier, out) -> None:
+    import pika
+    st = {"lat": [], "last": 0.0, "n": 0}
+    conn = pika.SelectConnection(pika.ConnectionParameters("127.0.0.1", port),
+                                 on_open_callback=lambda c: c.channel(on_open_callback=opened))
+
+    def opened(ch) -> None:
+        ch.basic_qos(prefetch_count=prefetch)
+        for q in queues:
+            ch.basic_consume(q, on_message, auto_ack=False)
+        barrier.wait()
+        check()
+
+    def on_message(ch, method, props, body) -> None:
+        now = time.monotonic()
+        stamp, k = STAMP.unpack_from(body)
+        if k >= count:
+            st["lat"].append(now - stamp)
+        ch.basic_ack(method.delivery_tag)
+        st["last"] = time.monotonic()
+        st["n"] += 1
+        with accepted.get_lock():
+            accepted.value += 1
+
+    def check() -> None:
+        if accepted.value >= total:
+            out.put(("con", st["last"], st["lat"], st["n"]))
+            conn.close()
+            return
+        conn.ioloop.call_later(0.02, check)
+
+    conn.ioloop.start()
+
+
+def run_rabbit(cluster: RabbitCluster, mode: str, count: int, paced: int, rate: float,
+               size: int, window: int, prefetch: int) -> dict:
+    import pika
+    queues = ["q0"] if mode == "active-passive" else ["q0", "q1", "q2", "q3"]
+    tag = f"{mode}-{time.monotonic_ns()}"
+    queues = [f"{q}-{tag}" for q in queues]
+    c = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", cluster.amqp[0]))
+    ch = c.channel()
+    for q in queues:
+        ch.queue_declare(q, durable=True, arguments={"x-queue-type": "quorum"})
+    c.close()
+    ctx = mp.get_context("spawn")
+    accepted, barrier, out = ctx.Value("q", 0), ctx.Barrier(2 * MEMBERS), ctx.Queue()
+    total = count + paced
+    procs = []
+    for i in range(MEMBERS):
+        keys = [k for k in range(count) if k % MEMBERS == i]
+        pk = [k for k in range(count, total) if k % MEMBERS == i]
+        procs.append(ctx.Process(target=rabbit_publisher,
+                                 args=(cluster.amqp[i], queues, keys, size, window, pk, rate,
+                                       barrier, out)))
+        procs.append(ctx.Process(target=rabbit_consumer,
+                                 args=(cluster.amqp[i], queues, count, total, prefetch,
+                                       accepted, barrier, out)))
+    for p in procs:
+        p.start()
+    firsts, lasts, lat = [], [], []
+    try:
+        for _ in procs:
+            r = out.get(timeout=900)
+            if r[0] == "pub":
+                firsts.append(r[1])
+            else:
+                lasts.append(r[1])
+                lat.extend(r[2])
+    finally:
+        for p in procs:
+            p.join(timeout=20)
+            if p.is_alive():
+                p.kill()
+    secs = max(lasts) - min(firsts)
+    return {"msgs": total, "secs": secs, "rate": total / secs, "p50": pct(lat, 50) * 1e3,
+            "p99": pct(lat, 99) * 1e3}
+
+
+def rabbit_available() -> str:
+    if not os.path.exists(f"{RABBIT_BIN}/rabbitmq-server") or not shutil.which("erl"):
+        return "rabbitmq-server"
+    try:
+        import pika  # noqa: F401
+    except ImportError:
+        return "pika"
+    return ""
+
+
+# ==========================================================================================
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--count", type=int, default=30_000)
+    ap.add_argument("--paced", type=int, default=600, help="latency samples")
+    ap.add_argument("--rate", type=float, default=300.0, help="paced publishes per second")
+    ap.add_argument("--size", type=int, default=100)
+    ap.add_argument("--batch", type=int, default=100)
+    ap.add_argument("--window", type=int, default=8, help="publish batches in flight")
+    ap.add_argument("--prefetch", type=int, default=500, help="RabbitMQ consumer prefetch")
+    ap.add_argument("--uvloop", action="store_true")
+    ap.add_argument("--no-rabbit", action="store_true")
+    ap.add_argument("--rabbit-only", action="store_true", help="only the RabbitMQ rows")
+    a = ap.parse_args()
+    if a.quick:
+        a.count, a.paced = 6_000, 200
+    print(f"work queue, {MEMBERS} members on loopback, {a.size} B messages, "
+          f"{a.count} for throughput + {a.paced} paced at {a.rate:.0f}/s for latency")
+    print(f"{'system':<34} {'mode':<15} {'msg/s':>9} {'p50 ms':>8} {'p99 ms':>8}  notes")
+    rows = {}
+    for mode in ("active-passive", "active-active"):
+        if a.rabbit_only:
+            break
+        r = run_raygroups(mode, a.count, a.paced, a.rate, a.size, a.batch, a.window, a.uvloop)
+        rows[mode] = r
+        print(f"{'raygroups (UDP, majority acks)':<34} {mode:<15} {r['rate']:>9,.0f} "
+              f"{r['p50']:>8.2f} {r['p99']:>8.2f}  accepted per member {r['per_member']}, "
+              f"{r['owner_moves']} ownership moves", flush=True)
+    if a.no_rabbit:
+        print("RabbitMQ: skipped (--no-rabbit)")
+        return
+    missing = rabbit_available()
+    if missing:
+        print(f"RabbitMQ not installed: skipped ({missing} missing)")
+        return
+    cluster = RabbitCluster(MEMBERS)
+    try:
+        t0 = time.monotonic()
+        cluster.start()
+        print(f"(RabbitMQ {MEMBERS}-node cluster up in {time.monotonic() - t0:.1f}s)", flush=True)
+        for mode in ("active-passive", "active-active"):
+            r = run_rabbit(cluster, mode, a.count, a.paced, a.rate, a.size, a.batch * a.window,
+                           a.prefetch)
+            print(f"{'RabbitMQ 3.10 quorum queues':<34} {mode:<15} {r['rate']:>9,.0f} "
+                  f"{r['p50']:>8.2f} {r['p99']:>8.2f}", flush=True)
+            mine = rows.get(mode)
+            if mine is None:
+                continue
+            print(f"  ratio raygroups / RabbitMQ, {mode}: throughput "
+                  f"{mine['rate'] / r['rate']:.2f}x, p50 latency {mine['p50'] / r['p50']:.2f}x",
+                  flush=True)
+    except Exception as e:
+        print(f"RabbitMQ run failed: {type(e).__name__}: {e}")
+    finally:
+        cluster.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,239 @@
+"""The members file of cloud-store discovery (seed 000, JGRP-1841), as text.
+
+One file per coordinator, ``<location>/<cluster>/<coordinator uuid>.list``, one line per member::
+
+    # view 1 7
+    A                                      1  192.168.1.5:7800                T
+    B   0a6c59fc-7ee0-acd2-2d4b-cf7dd59adb97  192.168.1.5:4569                F
+    C                                      2  fe80::21b:21ff:fe07:a3b0:4500   F
+
+``<logical name> <uuid> <ip>:<port> <T|F>``, fields separated by any white space. The uuid is
+either a short decimal number (the seeded UUIDs of a bootstrap file: ``1`` is the 16-byte
+big-endian integer 1) or a full UUID string (with or without dashes). The *last* colon
+separates the port, so IPv6 addresses need no brackets (``[::1]:7800`` is accepted too).
+``T`` marks the coordinator. Lines starting with ``#`` are comments; ``# view <uuid>
+<counter>`` records the view id the file was written for (stale-file detection uses it).
+
+The file is for people too: a hand-written or generated file loads, and a malformed line
+yields a ``ParseError`` naming the file and the line while every other line still loads.
+``render()`` writes one single-spaced line per member (no padding: about 25 bytes per member
+with short names and seeded UUIDs, about 57 with random UUIDs and IPv4).
+"""
+from __future__ import annotations
+
+import ipaddress
+import re
+import uuid as _uuid
+from dataclasses import dataclass, field
+from typing import Iterator, Optional, Union
+
+UUID_LEN = 16
+SHORT_UUID_LIMIT = 1 << 32
+"""UUIDs below this render as decimal numbers (seeded bootstrap UUIDs); others in full."""
+SUFFIX = ".list"
+_HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.\-_]*[A-Za-z0-9])?$")
+_WS = re.compile(r"\s+")
+
+
+def uid_from_text(text: str) -> bytes:
+    """``"1"`` -> 16-byte big-endian 1; ``"0a6c59fc-7ee0-..."`` -> that UUID's 16 bytes."""
+    if text.isdigit():
+        n = int(text)
+        if n >= 1 << 128:
+            raise ValueError(f"numeric uuid {text} does not fit 128 bits")
+        return n.to_bytes(UUID_LEN, "big")
+    try:
+        return _uuid.UUID(text).bytes
+    except ValueError:
+        raise ValueError(f"not a uuid: {text!r}") from None
+
+
+def uid_to_text(uid: bytes) -> str:
+    n = int.from_bytes(uid, "big")
+    if n < SHORT_UUID_LIMIT:
+        return str(n)
+    return str(_uuid.UUID(bytes=uid))
+
+
+def file_name(uid: bytes) -> str:
+    """The members file of the coordinator ``uid``: ``"1.list"``, ``"0a6c...97.list"``."""
+    return uid_to_text(uid) + SUFFIX
+
+
+def uid_from_file_name(name: str) -> Optional[bytes]:
+    """The coordinator uuid a file is named after, or None for other names."""
+    if not name.endswith(SUFFIX):
+        return None
+    try:
+        return uid_from_text(name[:-len(SUFFIX)])
+    except ValueError:
+        return None
+
+
+def parse_endpoint(text: str) -> tuple[str, int]:
+    """``"192.168.1.5:7800"``, ``"fe80::1:4500"`` (last colon), ``"[::1]:7800"``, ``"host:7800"``."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"no port in {text!r} (expected <ip>:<port>)")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"bad port {port!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        if ":" in host or not _HOSTNAME.match(host):
+            raise ValueError(f"bad address {host!r}") from None
+    return host, int(port)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One member line."""
+    name: str
+    uid: bytes
+    host: str
+    port: int
+    coord: bool = False
+
+    @property
+    def phys(self) -> tuple[str, int]:
+        return (self.host, self.port)
+
+    @property
+    def uuid_text(self) -> str:
+        return uid_to_text(self.uid)
+
+    def render(self) -> str:
+        name = _WS.sub("_", self.name) or "-"
+        if name.startswith("#"):
+            name = "_" + name[1:]
+        return f"{name} {uid_to_text(self.uid)} {self.host}:{self.port} {'T' if self.coord else 'F'}"
+
+
+@dataclass(frozen=True)
+class ParseError:
+    """A line that did not load; ``str()`` reads ``source:line: reason: 'text'``."""
+    source: str
+    line: int
+    text: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.source}:{self.line}: {self.reason}: {self.text!r}"
+
+
+@dataclass
+class MembersFile:
+    entries: list = field(default_factory=list)
+    view_id: Optional[tuple] = None
+    """(coordinator uid, counter) of the view the file was written for, if recorded."""
+    errors: list = field(default_factory=list)
+    """ParseErrors of the lines that did not load (``parse`` only)."""
+    source: str = ""
+
+    # -- reading --------------------------------------------------------------------------
+    @classmethod
+    def parse(cls, text: Union[str, bytes], source: str = "<members file>") -> "MembersFile":
+        """Every well-formed line becomes an Entry; every malformed one a ParseError (file and
+        line named) and is skipped. A duplicate uuid keeps its first line; a second ``T`` line
+        loads as ``F``."""
+        if isinstance(text, (bytes, bytearray)):
+            text = bytes(text).decode("utf-8", errors="replace")
+        out = cls(source=source)
+        seen: dict[bytes, int] = {}
+        coord_line = 0
+        for no, raw in enumerate(text.splitlines(), 1):
+            line = raw.strip()
+            if not line:
+                continue
+            if line.startswith("#"):
+                out._comment(line, no, raw)
+                continue
+            fields = line.split()
+            if len(fields) != 4:
+                out._error(no, raw, f"expected 4 fields '<name> <uuid> <ip>:<port> <T|F>', "
+                                    f"got {len(fields)}")
+                continue
+            name, uid_text, endpoint, flag = fields
+            try:
+                uid = uid_from_text(uid_text)
+                host, port = parse_endpoint(endpoint)
+            except ValueError as e:
+                out._error(no, raw, str(e))
+                continue
+            if flag.upper() not in ("T", "F"):
+                out._error(no, raw, f"coordinator flag is T or F, not {flag!r}")
+                continue
+            coord = flag.upper() == "T"
+            if uid in seen:
+                out._error(no, raw, f"duplicate uuid {uid_text} (line {seen[uid]} kept)")
+                continue
+            if coord and coord_line:
+                out._error(no, raw, f"second coordinator (line {coord_line} kept as T); "
+                                    f"loaded as F")
+                coord = False
+            elif coord:
+                coord_line = no
+            seen[uid] = no
+            out.entries.append(Entry("" if name == "-" else name, uid, host, port, coord))
+        return out
+
+    def _comment(self, line: str, no: int, raw: str) -> None:
+        words = line[1:].split()
+        if words[:1] == ["view"]:
+            try:
+                if len(words) != 3:
+                    raise ValueError("expected '# view <uuid> <counter>'")
+                self.view_id = (uid_from_text(words[1]), int(words[2]))
+            except ValueError as e:
+                self._error(no, raw, str(e))
+
+    def _error(self, no: int, raw: str, reason: str) -> None:
+        self.errors.append(ParseError(self.source, no, raw, reason))
+
+    # -- writing --------------------------------------------------------------------------
+    def render(self) -> str:
+        lines = []
+        if self.view_id is not None:
+            lines.append(f"# view {uid_to_text(self.view_id[0])} {int(self.view_id[1])}")
+        lines.extend(e.render() for e in self.entries)
+        return "\n".join(lines) + "\n" if lines else ""
+
+    def encode(self) -> bytes:
+        return self.render().encode()
+
+    # -- queries --------------------------------------------------------------------------
+    @property
+    def coordinator(self) -> Optional[Entry]:
+        for e in self.entries:
+            if e.coord:
+                return e
+        return None
+
+    def get(self, uid: bytes) -> Optional[Entry]:
+        for e in self.entries:
+            if e.uid == uid:
+                return e
+        return None
+
+    def by_uid(self) -> dict:
+        return {e.uid: e for e in self.entries}
+
+    def by_name(self, name: str) -> Optional[Entry]:
+        for e in self.entries:
+            if e.name == name:
+                return e
+        return None
+
+    def line_bytes(self) -> float:
+        """Average bytes per member line (newline included)."""
+        if not self.entries:
+            return 0.0
+        return sum(len(e.render().encode()) + 1 for e in self.entries) / len(self.entries)
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter(self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)

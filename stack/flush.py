@@ -1,0 +1,185 @@
+"""FLUSH: virtual synchrony at every view change (GMS's helper, like JGroups' FLUSH).
+
+Before installing a new view the coordinator asks every surviving member of the current
+view to stop sending (START_FLUSH). Each member blocks its application's sends (they wait,
+they are not failed), freezes delivery from the members being removed (so a late message of
+a crashed member cannot be delivered here but not elsewhere) and answers FLUSH_OK with its
+view and digest (its own entry: what it sent). The coordinator takes the cut: per sender,
+the highest seqno any survivor holds, and who holds it, and sends it (FLUSH_CUT); every
+member fetches what it misses up to the cut and answers FLUSH_DONE. Only then is the VIEW
+sent (carrying the cut again for anyone who missed a step): members that move together
+from V to V' delivered the same messages in V, and stability in V' cannot purge a message a
+member of V still needed. Sending resumes at install. A member that does not answer is treated as crashed and the flush restarts with the
+smaller membership; a member whose coordinator vanished mid-flush unblocks after a timeout.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Optional
+
+from .events import Catchup, Freeze, GetDigest, Writable
+from .view import ViewId, view_from_wire, view_to_wire
+
+if TYPE_CHECKING:
+    from .gms import Gms
+
+START_FLUSH, FLUSH_OK, FLUSH_CUT, FLUSH_DONE = 11, 12, 13, 14
+
+
+class Flush:
+    def __init__(self, gms: "Gms"):
+        self.gms = gms
+        self.round: Optional[dict] = None  # coordinator: the flush being collected
+        self.counter = 0
+        self.blocked = False               # member: sends stopped
+        self.flushed = None                # member: the view being flushed
+        self.coord = None                  # member: who is flushing us
+        self.block_timer = None
+
+    @property
+    def busy(self) -> bool:
+        return self.round is not None
+
+    # -- coordinator --------------------------------------------------------------------
+    def start(self, participants: list, removed: list,
+              on_done: Callable[[list, dict, dict], None]) -> None:
+        """Flush ``participants`` (self included); ``on_done(views, digests, cut)`` runs
+        once every participant holds the cut."""
+        g = self.gms
+        self.counter += 1
+        fid = [g.ctx.local.uid, self.counter]
+        self.round = {"id": fid, "waiting": set(participants), "views": [], "digests": {},
+                      "on_done": on_done, "t0": g.ctx.now()}
+        g.stats["flushes"] += 1
+        vid = g.view.view_id
+        hdr = [START_FLUSH, fid, [a.uid for a in removed], [vid.coord.uid, vid.id]]
+        for m in participants:
+            if m == g.ctx.local:
+                self.on_start(m, fid, hdr[2], hdr[3])
+            else:
+                g._send(m, list(hdr))
+        g.ctx.schedule(g.config.view_ack_timeout_s, lambda: self._timeout(fid))
+
+    def on_ok(self, sender, fid, vwire: list, dwire: list) -> None:
+        r = self.round
+        if r is None or fid != r["id"] or sender not in r["waiting"]:
+            return
+        book = self.gms.ctx.book
+        r["views"].append(view_from_wire(vwire, book))
+        r["digests"][sender] = {book.get(uid): int(s) for uid, s in dwire}
+        r["waiting"].discard(sender)
+        if r["waiting"]:
+            return
+        # second phase: everyone fetches what it misses up to the cut, then says so
+        from .gms import cut
+        g = self.gms
+        r["cut"] = cut(max(r["views"], key=lambda v: v.view_id).members, r["digests"],
+                       set(g.leaves))
+        r["waiting"] = set(r["digests"])
+        fwire = [[a.uid, s, h.uid] for a, (s, h) in r["cut"].items()]
+        for m in list(r["waiting"]):
+            if m == g.ctx.local:
+                self.on_cut(m, r["id"], fwire)
+            else:
+                g._send(m, [FLUSH_CUT, r["id"], fwire])
+
+    def on_done(self, sender, fid) -> None:
+        r = self.round
+        if r is None or fid != r["id"] or "cut" not in r or sender not in r["waiting"]:
+            return
+        r["waiting"].discard(sender)
+        if not r["waiting"]:
+            self.round = None
+            g = self.gms
+            g.stats["flushes_done"] += 1
+            g.stats["flush_us_total"] += int(1e6 * (g.ctx.now() - r["t0"]))
+            r["on_done"](r["views"], r["digests"], r["cut"])
+
+    def _timeout(self, fid) -> None:
+        r = self.round
+        if r is None or r["id"] != fid:
+            return
+        g = self.gms
+        self.round = None
+        g.stats["flush_timeouts"] += 1
+        g.ctx.log(f"no FLUSH_OK from {sorted(r['waiting'])}; flushing without them")
+        g.suspects |= r["waiting"] - {g.ctx.local}
+        if g.merger.busy:  # a merge cannot go on without its subgroup's flush
+            g.merger.abandon()
+        g._schedule_view()
+
+    def abort(self) -> None:
+        self.round = None
+
+    def member_dead(self, addr) -> None:
+        """A participant died mid-flush: start over without it (no need to wait for the
+        timeout)."""
+        r = self.round
+        if r is not None and addr in r["waiting"]:
+            self.round = None
+            self.gms.stats["flush_restarts"] += 1
+            if self.gms.merger.busy:
+                self.gms.merger.abandon()
+            self.gms._schedule_view()
+
+    # -- member -------------------------------------------------------------------------
+    def on_start(self, sender, fid, removed_uids: list, vid: list) -> None:
+        g = self.gms
+        if g.view is None or sender not in g.view:
+            return  # not our coordinator (we moved to another view): it will exclude us
+        if self.blocked and self.coord not in (None, sender) and sender != g.ctx.local:
+            return  # already flushing for another coordinator (split brain): one at a time
+        book = g.ctx.book
+        removed = [book.get(u) for u in removed_uids]
+        flushed = ViewId(book.get(vid[0]), int(vid[1]))
+        # sending resumes with a view newer than the one being flushed (we may still be
+        # installing that one)
+        self.coord, self.flushed = sender, flushed
+        self._block()
+        g.below.down_event(Freeze(removed, self.flushed))
+        digest = g.below.down_event(GetDigest(sent=True))
+        hdr = [FLUSH_OK, fid, view_to_wire(g.view), [[a.uid, s] for a, s in digest.items()]]
+        if sender == g.ctx.local:
+            self.on_ok(sender, fid, hdr[2], hdr[3])
+        else:
+            g._send(sender, hdr)
+
+    def on_cut(self, sender, fid, fwire: list) -> None:
+        """Fetch everything up to the cut, then tell the coordinator (FLUSH_DONE)."""
+        g = self.gms
+        if sender != self.coord:
+            return
+        book = g.ctx.book
+        final = {book.get(u): (int(s), book.get(h)) for u, s, h in fwire}
+
+        def done() -> None:
+            if sender == g.ctx.local:
+                self.on_done(sender, fid)
+            else:
+                g._send(sender, [FLUSH_DONE, fid])
+        g.below.down_event(Catchup(final, done, until_view=True))
+
+    def _block(self) -> None:
+        g = self.gms
+        if not self.blocked:
+            self.blocked = True
+            g.above.up_event(Writable("flush", False))
+        if self.block_timer is not None:
+            self.block_timer.cancel()
+        # the coordinator may die mid-flush: a new one flushes again, or we unblock
+        self.block_timer = g.ctx.schedule(3 * g.config.view_ack_timeout_s, self.release)
+
+    def installed(self, view) -> None:
+        if self.flushed is None or self.flushed < view.view_id:
+            self.flushed = None
+            self.release()
+
+    def release(self) -> None:
+        """Sending resumes (a newer view was installed, or the flush was abandoned)."""
+        if self.block_timer is not None:
+            self.block_timer.cancel()
+            self.block_timer = None
+        self.coord = None
+        if self.blocked:
+            self.blocked = False
+            self.gms.above.up_event(Writable("flush", True))
+            self.gms._release_held()

@@ -1,0 +1,363 @@
+"""The replicated work queue on a real Channel (asyncio), issue 7 / seed 001.
+
+    ch = Channel("orders", config=StackConfig.local())
+    queues = WorkQueues(ch)                      # before connect(); or QueueChannel(...)
+    await ch.connect()
+    jobs = await queues.queue("jobs", alternate="jobs.dead")
+    await jobs.publish(b"job-17")                # replicated on a majority, in total order
+    d = await jobs.acquire(timeout=5)            # held by this consumer only
+    await d.accept()                             # or d.release() / d.reject()
+
+The service sits between the stack and the application: every delivery passes through it
+synchronously and in delivery order (queue traffic is taken out; the application's own
+messages and views go on to ``receive()``/``events()`` as before), and the queue state takes
+part in state transfer (combined with the application's own ``get_state``/``set_state``).
+Calls complete when their ordered message was delivered and applied by a majority of the
+epoch's members (see stack/workqueue/replica.py); calls made in the same loop turn travel
+in one multicast. Every member of the group must run the service: each primary view starts
+a short reconciliation round that waits for every member.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from typing import Any, Iterable, Optional
+
+import msgpack
+
+from ..errors import GroupClosed, NotPrimary, RaygroupsError
+from ..view import Left, ViewChange
+from ..workqueue.config import WorkQueueConfig
+from ..workqueue.errors import AcquireTimeout, QueueClosed
+from ..workqueue.replica import Delivery as _Acquired
+from ..workqueue.replica import Phase, Replica, Request
+from .channel import Channel
+
+log = logging.getLogger("raygroups.workqueue")
+
+
+class Delivery:
+    """A message this consumer holds: ``await d.accept()`` (done, removed everywhere),
+    ``await d.release()`` (back on the queue) or ``await d.reject()`` (to the alternate
+    queue, exactly once; dropped when the queue has none)."""
+    __slots__ = ("queue", "acquired")
+
+    def __init__(self, queue: "WorkQueue", acquired: _Acquired):
+        self.queue, self.acquired = queue, acquired
+
+    @property
+    def body(self) -> bytes:
+        return self.acquired.body
+
+    @property
+    def id(self) -> tuple:
+        """(publisher uid, sequence): the message's identity, the same on every member."""
+        return self.acquired.mid
+
+    @property
+    def token(self) -> tuple:
+        """(epoch, number) of this acquisition."""
+        return self.acquired.token
+
+    @property
+    def redelivered(self) -> bool:
+        return self.acquired.redelivered
+
+    async def accept(self) -> None:
+        await self.queue.settle("accept", self)
+
+    async def release(self) -> None:
+        await self.queue.settle("release", self)
+
+    async def reject(self) -> None:
+        await self.queue.settle("reject", self)
+
+    def __repr__(self) -> str:
+        return f"Delivery({self.queue.name!r}, {self.acquired!r})"
+
+
+class WorkQueue:
+    """One queue, as seen from this member."""
+
+    def __init__(self, service: "WorkQueues", name: str, alternate: Optional[str]):
+        self.service, self.name, self.alternate = service, name, alternate
+
+    async def publish(self, body: bytes) -> tuple:
+        """Returns the message id (publisher, sequence) once a majority applied it."""
+        req = await self.service._call(lambda cb: self.service.replica.publish(self.name, body, cb))
+        return (self.service.replica.uid, req.args[1])
+
+    async def publish_many(self, bodies: Iterable[bytes]) -> list:
+        """Publish in batches (one multicast carries many); returns the ids. Raises the
+        first error after every publish completed (the others took effect)."""
+        svc = self.service
+        r = svc._replica()
+        name = self.name
+        reqs = await svc._many([lambda cb, b=b: r.publish(name, b, cb) for b in bodies])
+        return [(r.uid, x.args[1]) for x in reqs]
+
+    async def acquire(self, timeout: Optional[float] = None) -> Delivery:
+        """The next message for this consumer: it waits (stopped) while another member owns
+        the queue. Raises AcquireTimeout when nothing came within ``timeout`` seconds."""
+        got = await self._acquire(1, timeout, many=False)
+        if not got:
+            raise AcquireTimeout(f"nothing acquired from {self.name!r} in {timeout}s")
+        return got[0]
+
+    async def acquire_many(self, n: int, timeout: Optional[float] = None) -> list:
+        """Up to ``n`` messages, as soon as at least one is here and nothing more is on its
+        way; [] when nothing came within ``timeout``."""
+        return await self._acquire(n, timeout, many=True)
+
+    async def _acquire(self, n: int, timeout: Optional[float], many: bool) -> list:
+        svc = self.service
+        r = svc._replica()
+        fut, req = svc._future(lambda cb: r.acquire(self.name, n, cb, many=many))
+        svc._after_input()
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), timeout)
+        except asyncio.TimeoutError:
+            r.cancel(req)  # what it holds goes back, unless "many" keeps what it has
+            svc._after_input()
+        except asyncio.CancelledError:
+            r.cancel(req)
+            svc._after_input()
+            raise
+        if req.error is not None:
+            raise req.error
+        return [Delivery(self, d) for d in (req.result or ())]
+
+    async def settle(self, op: str, delivery: Delivery) -> None:
+        svc = self.service
+        await svc._call(lambda cb: svc.replica.settle(op, delivery.acquired, cb))
+
+    async def accept(self, delivery: Delivery) -> None:
+        await self.settle("accept", delivery)
+
+    async def release(self, delivery: Delivery) -> None:
+        await self.settle("release", delivery)
+
+    async def reject(self, delivery: Delivery) -> None:
+        await self.settle("reject", delivery)
+
+    async def settle_many(self, op: str, deliveries: Iterable[Delivery]) -> None:
+        """Settle many in one batch; raises the first error after all completed."""
+        svc = self.service
+        r = svc._replica()
+        await svc._many([lambda cb, d=d: r.settle(op, d.acquired, cb) for d in deliveries])
+
+    def depth(self) -> int:
+        """Messages on the queue (available and acquired), as this member knows it."""
+        return self.service._replica().depth(self.name)
+
+    def info(self) -> dict:
+        return self.service._replica().info()["queues"].get(self.name, {})
+
+
+class WorkQueues:
+    """The work queue service of one Channel. Create it before ``channel.connect()``."""
+
+    def __init__(self, channel: Channel, config: Optional[WorkQueueConfig] = None):
+        if channel.stack is not None:
+            raise RuntimeError("create WorkQueues before connecting the channel")
+        self.channel = channel
+        self.config = config or WorkQueueConfig()
+        self.replica: Optional[Replica] = None
+        self._outq: collections.deque = collections.deque()
+        self._flush_scheduled = False
+        self._sender: Optional[asyncio.Task] = None
+        self._ticker: Optional[asyncio.Task] = None
+        self._wake: Optional[asyncio.Event] = None
+        self._closed = False
+        self.send_errors = 0
+        # deliveries pass through us first, synchronously, in delivery order
+        self._app_messages, self._app_event = channel._on_messages, channel._on_event
+        channel._on_messages, channel._on_event = self._on_messages, self._on_event
+        # state transfer: the queues, plus the application's own state if it has one
+        self._app_state = channel._state_handlers
+        channel._state_handlers = (self._get_state, self._set_state)
+
+    # -- wiring -------------------------------------------------------------------------
+    def _replica(self) -> Replica:
+        if self.replica is None:
+            if self.channel.stack is None:
+                raise GroupClosed("connect() the channel first")
+            loop = asyncio.get_running_loop()
+            self.replica = Replica(self.channel.stack.local, self.config, clock=loop.time)
+            self._wake = asyncio.Event()
+            self._sender = loop.create_task(self._send_loop())
+            self._ticker = loop.create_task(self._tick_loop())
+        return self.replica
+
+    def _get_state(self) -> bytes:
+        get = self._app_state[0]
+        return msgpack.packb([get() if get is not None else None, self._replica().get_state()],
+                             use_bin_type=True)
+
+    def _set_state(self, data: bytes) -> None:
+        app, queues = msgpack.unpackb(data, raw=False)
+        self._replica().set_state(queues)
+        if app is not None and self._app_state[1] is not None:
+            self._app_state[1](app)
+
+    def _on_messages(self, batch: list) -> None:
+        r = self._replica()
+        rest = [m for m in batch if not r.on_message(m)]
+        self._after_input()
+        if rest:
+            self._app_messages(rest)
+
+    def _on_event(self, ev: Any) -> None:
+        t = type(ev)
+        if t is ViewChange:
+            self._outq.clear()  # what the old view's epoch sent would be refused anyway
+            self._replica().on_view(ev.view)
+            self._after_input()
+        elif t is Left and self.replica is not None and not self._closed:
+            asyncio.get_running_loop().create_task(self.close())  # we left the group
+        self._app_event(ev)
+
+    # -- sending ------------------------------------------------------------------------
+    def _after_input(self) -> None:
+        """Collect what the replica wants sent at the end of this loop turn, so calls made
+        in the same turn share a multicast."""
+        if not self._flush_scheduled and not self._closed:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if self.replica is None or self._closed:
+            return
+        out = self.replica.take_outgoing()
+        if out:
+            self._outq.extend(out)
+            self._wake.set()
+
+    async def _send_loop(self) -> None:
+        ch = self.channel
+        while not self._closed:
+            if not self._outq:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            dest, payload, ordered = self._outq.popleft()
+            try:
+                await ch.send(payload, dest=dest, ordered=ordered)
+            except NotPrimary:
+                self.send_errors += 1  # the view changed: the replica knows and resends
+            except GroupClosed:
+                return
+            except RaygroupsError as e:  # a bounded buffer is full: try again shortly
+                self.send_errors += 1
+                log.debug("work queue send refused (%s); retrying", e)
+                self._outq.appendleft((dest, payload, ordered))
+                await asyncio.sleep(0.005)
+            except Exception:
+                log.exception("work queue send failed")
+
+    async def _tick_loop(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(self.config.tick_s)
+            if self.replica is not None and self.replica.phase is Phase.ACTIVE:
+                self.replica.tick()
+                self._flush()
+
+    # -- calls --------------------------------------------------------------------------
+    def _future(self, make) -> tuple:
+        if self._closed:
+            raise QueueClosed("the work queue service is closed")
+        fut = asyncio.get_running_loop().create_future()
+
+        def done(req: Request) -> None:
+            if not fut.done():
+                if req.error is not None:
+                    fut.set_exception(req.error)
+                else:
+                    fut.set_result(req)
+        req = make(done)
+        return fut, req
+
+    async def _many(self, makers: list) -> list:
+        """Many calls, one future: the requests once all completed; raises the first
+        error (after all completed)."""
+        if self._closed:
+            raise QueueClosed("the work queue service is closed")
+        self._replica()
+        fut = asyncio.get_running_loop().create_future()
+        left = [len(makers)]
+        reqs: list = []
+
+        def done(_req: Request) -> None:
+            left[0] -= 1
+            if left[0] == 0 and not fut.done():
+                fut.set_result(None)
+        for make in makers:
+            reqs.append(make(done))
+        self._after_input()
+        if makers:
+            await fut
+        for x in reqs:
+            if x.error is not None:
+                raise x.error
+        return reqs
+
+    async def _call(self, make) -> Request:
+        self._replica()
+        fut, _req = self._future(make)
+        self._after_input()
+        return await fut
+
+    async def queue(self, name: str, alternate: Optional[str] = None,
+                    max_depth: Optional[int] = None, max_bytes: Optional[int] = None) -> WorkQueue:
+        """Create the queue (and its alternate) if it does not exist yet, replicated; the
+        first creation's limits win. Returns this member's handle on it."""
+        await self._call(lambda cb: self.replica.create(name, alternate, max_depth, max_bytes, cb))
+        return WorkQueue(self, name, alternate)
+
+    async def wait_active(self, timeout: float = 30.0) -> None:
+        """Until this member serves calls (in a primary component, state reconciled)."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        while self._replica().phase is not Phase.ACTIVE:
+            if loop.time() > end:
+                raise asyncio.TimeoutError(f"work queues not active: {self.replica.phase}")
+            await asyncio.sleep(0.005)
+
+    @property
+    def active(self) -> bool:
+        return self.replica is not None and self.replica.phase is Phase.ACTIVE
+
+    def info(self) -> dict:
+        return self._replica().info()
+
+    async def close(self) -> None:
+        """Fail what is under way (QueueClosed, or QueueOutcomeUnknown for calls already
+        sent) and stop; the channel stays as it is."""
+        if self._closed:
+            return
+        if self.replica is not None:
+            self.replica.close()
+        self._closed = True
+        for t in (self._sender, self._ticker):
+            if t is not None:
+                t.cancel()
+        if self._wake is not None:
+            self._wake.set()
+
+
+class QueueChannel(Channel):
+    """A Channel with the work queue service on top (``channel.queues``)."""
+
+    def __init__(self, cluster: str, name: Optional[str] = None, config=None,
+                 queue_config: Optional[WorkQueueConfig] = None, **kwargs: Any):
+        super().__init__(cluster, name, config, **kwargs)
+        self.queues = WorkQueues(self, queue_config)
+
+    async def queue(self, name: str, alternate: Optional[str] = None, **limits) -> WorkQueue:
+        return await self.queues.queue(name, alternate, **limits)
+
+    async def close(self, timeout: float = 10.0) -> None:
+        await self.queues.close()
+        await super().close(timeout)

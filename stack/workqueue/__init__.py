@@ -1,0 +1,19 @@
+"""The replicated work queue (seed 001, issue 7): a sans-IO state machine driven by totally
+ordered, virtually synchronous delivery, so every member holds the same queues.
+
+- ``state.QueueState``: the replicated state and its commands (create, enqueue, acquire,
+  release, dequeue/accept, reject -> rejected, consume/cancel/owner_release, member-left)
+- ``replica.Replica``: one member's side: epochs and reconciliation after each primary
+  view, batching, majority completion of calls, queue ownership decisions
+- ``sim.SimQueues``: a replica in the simulator; ``raygroups.stack.runtime.workqueue``: on a
+  real Channel (asyncio)
+"""
+from .config import WorkQueueConfig
+from .errors import (AcquireTimeout, NoSuchQueue, NotAcquired, QueueClosed, QueueError,
+                     QueueFull, QueueNotPrimary, QueueOutcomeUnknown, StaleEpoch)
+from .replica import Delivery, Phase, Replica, Request
+from .state import QueueState
+
+__all__ = ["AcquireTimeout", "Delivery", "NoSuchQueue", "NotAcquired", "Phase", "QueueClosed",
+           "QueueError", "QueueFull", "QueueNotPrimary", "QueueOutcomeUnknown", "QueueState",
+           "Replica", "Request", "StaleEpoch", "WorkQueueConfig"]

@@ -1,0 +1,56 @@
+"""Wire encoding of the work queue's messages: a 3-byte magic, then msgpack.
+
+Ordered (total order) messages: ``[BATCH, epoch, [[cseq, op, *args], ...]]`` (many queue
+commands in one multicast) and ``[HELLO, view_key, epoch, applied, members]`` (the
+reconciliation round after a primary view). Unordered: ``[APPLIED, epoch, applied]`` (what a
+member applied, for majority completion) and ``[SNAP, view_key, state]`` (the state for a
+stale member). Decoding is bounded and validated by the caller: anything malformed is
+counted and dropped, identically at every member for ordered messages.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+MAGIC = b"\xa7WQ"
+BATCH, HELLO, APPLIED, SNAP = 0, 1, 2, 3
+
+# commands (seed 001 names): create a queue, enqueue a published message, acquire,
+# release, dequeue (accept), reject (to the alternate: "rejected"), and queue ownership
+# (consume: interested, cancel: not interested, owner_release: pass ownership on)
+CREATE, ENQUEUE, ACQUIRE, RELEASE, DEQUEUE, REJECT, CONSUME, CANCEL, OWNER_RELEASE = range(9)
+OP_NAMES = ("create", "enqueue", "acquire", "release", "dequeue", "reject", "consume",
+            "cancel", "owner_release")
+
+_packer_opts = dict(use_bin_type=True)
+_unpack_opts = dict(raw=False, use_list=True, strict_map_key=False)
+
+
+def encode(obj: Any) -> bytes:
+    return MAGIC + msgpack.packb(obj, **_packer_opts)
+
+
+def is_queue_payload(payload: Any) -> bool:
+    return isinstance(payload, (bytes, bytearray, memoryview)) and \
+        bytes(payload[:3]) == MAGIC
+
+
+def decode(payload: Any) -> list:
+    """Raises ValueError (or msgpack's errors, all ValueError subclasses) when malformed."""
+    data = payload[3:] if isinstance(payload, bytes) else bytes(payload[3:])
+    obj = msgpack.unpackb(data, **_unpack_opts)
+    if type(obj) is not list or not obj or type(obj[0]) is not int:
+        raise ValueError("not a work queue message")
+    return obj
+
+
+def packed_size(cmd: list) -> int:
+    """Approximate wire size of one command (for batching): its bodies and names plus
+    room for the numbers."""
+    n = 8 * len(cmd)
+    for a in cmd:
+        t = type(a)
+        if t is bytes or t is str:
+            n += len(a)
+    return n

@@ -1,0 +1,47 @@
+"""Configuration of the replicated work queue: one dataclass, every field with its unit,
+default and trade-off. ``WorkQueueConfig(time_slice_s=0.05)`` overrides a field."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ACK_MAJORITY, ACK_LOCAL = "majority", "local"
+
+
+@dataclass
+class WorkQueueConfig:
+    max_depth: int = 100_000
+    """Messages one queue holds (available plus acquired) by default; a publish beyond it
+    fails with QueueFull. Overridden per queue at creation (``max_depth=``)."""
+    max_bytes: int = 256 * 1024 * 1024
+    """Body bytes one queue holds by default; a publish beyond it fails with QueueFull."""
+    max_message_size: int = 64 * 1024 * 1024
+    """Largest body a publish accepts, in bytes (MessageTooLarge above it). Bodies larger
+    than a datagram travel through the stack's FRAG layer; receivers need
+    ``frag__max_pending_per_sender`` at least this large."""
+    time_slice_s: float = 0.1
+    """How long a member keeps a queue's ownership while other members are interested
+    (seed 001: the owner releases when its time slice expires and others wait). Shorter:
+    fairer sharing between members' consumers; longer: fewer ownership moves (each one is
+    an ordered multicast and a pause of a round trip)."""
+    interest_linger_s: float = 0.05
+    """A member stays interested in a queue, and an owner keeps it while others wait, this
+    long after its last consumer stopped waiting, so a consumer that acquires in a loop (or
+    re-acquires after a timeout) does not cost a CONSUME/OWNER_RELEASE/CANCEL round per
+    call. 0: lose interest at once (seed behaviour)."""
+    ack: str = ACK_MAJORITY
+    """When a call completes. "majority" (default): once a majority of the epoch's members
+    applied the command (they report what they applied), so a completed call survives any
+    partition that leaves a primary component: the next primary holds a majority of this
+    one's members. "local": as soon as this member applied it (delivered in total order);
+    faster by about one multicast, but the tail of a primary view can be lost when this
+    member ends up in a minority (the new primary never saw it)."""
+    batch_max_bytes: int = 48 * 1024
+    """Queue commands issued in the same loop turn travel in one ordered multicast, up to
+    this many bytes (seed 001 TODO: batch many small events into larger multicasts). A
+    body larger than this travels alone."""
+    batch_max_commands: int = 1024
+    """Most commands in one batch."""
+    max_acquire_batch: int = 256
+    """Most messages one ACQUIRE command takes for this member's consumers."""
+    tick_s: float = 0.01
+    """How often the driver calls ``Replica.tick`` (time slices, lingering interest)."""

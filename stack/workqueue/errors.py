@@ -1,0 +1,50 @@
+"""Typed errors of the work queue. Every failed call raises one of these (or the stack's
+MessageTooLarge); ``code`` ties each to the result code the state machine returns."""
+from __future__ import annotations
+
+from ..errors import NotPrimary, RaygroupsError
+
+
+class QueueError(RaygroupsError):
+    """Base class of the work queue's errors."""
+
+
+class QueueNotPrimary(NotPrimary, QueueError):
+    """This member is not in a primary component (or its queue state is being reconciled
+    after a view change and the member cannot serve): the call did not take effect."""
+
+
+class QueueOutcomeUnknown(QueueNotPrimary):
+    """The command was applied here but the member left the primary component before a
+    majority confirmed it: it may or may not have taken effect (Jepsen's "info")."""
+
+
+class QueueFull(QueueError):
+    """The queue is at its depth or bytes limit; the publish did not take effect."""
+
+
+class NoSuchQueue(QueueError):
+    """No queue of that name was created."""
+
+
+class StaleEpoch(QueueError):
+    """The acquisition belongs to a superseded epoch: the member left the primary lineage
+    (partition, exclusion) after acquiring, so the message was requeued and may be held by
+    another consumer now. The accept/release/reject did not take effect."""
+
+
+class NotAcquired(QueueError):
+    """The message is not held by this acquisition (already accepted, released or
+    rejected)."""
+
+
+class NotOwner(QueueError):
+    """Internal: an acquire from a member that does not own the queue (retried)."""
+
+
+class AcquireTimeout(QueueError, TimeoutError):
+    """No message could be acquired within the timeout."""
+
+
+class QueueClosed(QueueError):
+    """The service was closed."""

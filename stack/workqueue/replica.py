@@ -1,0 +1,775 @@
+"""One member's replica of the work queues: sans-IO (a clock function in, messages out).
+
+The driver (the asyncio service in stack/runtime/workqueue.py, or the simulator driver in
+stack/workqueue/sim.py) feeds it every view change and every delivered message, in
+delivery order and synchronously, and sends what ``take_outgoing()`` returns. API calls
+(``publish``, ``acquire``, ``settle``, ``create``) return a ``Request`` whose ``callback``
+runs when it completes.
+
+Epochs and reconciliation. After every *primary* view each member multicasts, in total
+order, a HELLO with where its state stands: (epoch, applied, epoch members). When the
+HELLOs of every member of the view were delivered, every member computes the same answer:
+the most advanced state (highest epoch, then most batches applied in it; every member's
+state is a prefix of the same epoch's total order, so the longest contains every other)
+and its first holder in view order, the donor. Members holding it apply the view
+(``begin_epoch``: what members that left had acquired is requeued, their interest and
+ownership pass on) and go on; the donor sends the state to the others, who hold later
+deliveries until it came. Commands delivered during the round, or carrying another epoch,
+are refused whole, and their senders send them again in the new epoch. So a member that
+was in a minority, or whose last primary view ended before it received everything, is
+brought back exactly, and a merge after a partition keeps the primary side's state.
+
+Completion. A command's result is known when its batch is applied here; the call completes
+when a majority of the epoch's members reported (APPLIED, to the senders of what they
+applied) that they applied it too (or at
+once with ``ack="local"``). Since the next primary component holds a majority of this
+one's members, a completed call survives partitions. A member that drops out of the
+primary component fails its calls: not yet sent -> QueueNotPrimary (they never take
+effect); sent, or applied but not confirmed -> QueueOutcomeUnknown (the primary side may
+have ordered and applied what this member never received).
+
+Queue ownership (seed 001 QueueOwnerHandler): a member with waiting consumers multicasts
+CONSUME (interested); the owner acquires for its consumers, in batches; it passes the
+queue on (OWNER_RELEASE) when its time slice ran out and others are interested, and
+CANCELs when its consumers are gone (after ``interest_linger_s``).
+"""
+from __future__ import annotations
+
+import collections
+import enum
+from typing import Any, Callable, Optional
+
+from ..errors import MessageTooLarge
+from . import codec
+from .codec import (ACQUIRE, APPLIED, BATCH, CANCEL, CONSUME, CREATE, DEQUEUE, ENQUEUE,
+                    HELLO, OWNER_RELEASE, REJECT, RELEASE, SNAP)
+from .config import ACK_LOCAL, WorkQueueConfig
+from .errors import (NoSuchQueue, NotAcquired, QueueClosed, QueueError, QueueFull,
+                     QueueNotPrimary, QueueOutcomeUnknown, StaleEpoch)
+from .state import (FULL, MALFORMED, NO_QUEUE, NOT_ACQUIRED, NOT_OWNER, OK, RETRY,
+                    STALE_EPOCH, TOO_LARGE, QueueState)
+
+
+class Phase(enum.Enum):
+    IDLE = "idle"                      # no view yet
+    NOT_PRIMARY = "not_primary"        # non-primary view, excluded, or no quorum of epochs
+    RECONCILING = "reconciling"        # primary view: HELLO round in progress
+    AWAIT_SNAPSHOT = "await_snapshot"  # our state was behind: waiting for the donor's
+    ACTIVE = "active"
+    CLOSED = "closed"
+
+
+NEW, SENT, APPLIED_, DONE = range(4)
+SETTLE_OPS = {"accept": DEQUEUE, "release": RELEASE, "reject": REJECT}
+
+
+class Delivery:
+    """A message acquired for a consumer of this member: settle it with accept (dequeue),
+    release or reject. ``token`` = (epoch, number) of the acquisition, checked by every
+    member when it is settled."""
+    __slots__ = ("queue", "mid", "body", "token", "redelivered")
+
+    def __init__(self, queue: str, mid: tuple, body: bytes, token: tuple, redelivered: bool):
+        self.queue, self.mid, self.body, self.token = queue, mid, body, token
+        self.redelivered = redelivered
+
+    @property
+    def publisher(self) -> bytes:
+        return self.mid[0]
+
+    @property
+    def seq(self) -> int:
+        return self.mid[1]
+
+    def __repr__(self) -> str:
+        return (f"Delivery({self.queue!r}, seq={self.mid[1]}, token={self.token}, "
+                f"redelivered={self.redelivered}, {len(self.body)} bytes)")
+
+
+class Request:
+    """One call in progress. ``result`` (a list of Delivery for acquire) or ``error`` is set
+    when ``done``; ``callback(request)`` runs then."""
+    __slots__ = ("kind", "queue", "args", "status", "cseq", "pos", "epoch", "result",
+                 "error", "callback", "want", "got", "many", "delivery", "cancelled")
+
+    def __init__(self, kind: str, queue: str, args: list,
+                 callback: Optional[Callable[["Request"], None]]):
+        self.kind, self.queue, self.args, self.callback = kind, queue, args, callback
+        self.status = NEW
+        self.cseq = 0
+        self.pos = 0
+        self.epoch = 0
+        self.result: Any = None
+        self.error: Optional[Exception] = None
+        self.want = 0
+        self.got: list = []
+        self.many = False
+        self.delivery: Optional[Delivery] = None
+        self.cancelled = False
+
+    @property
+    def done(self) -> bool:
+        return self.status == DONE
+
+    def __repr__(self) -> str:
+        return f"Request({self.kind} {self.queue!r} status={self.status} error={self.error!r})"
+
+
+class _Local:
+    """This member's side of one queue: waiting consumers, acquisitions in flight,
+    interest and ownership decisions."""
+    __slots__ = ("waiters", "inflight", "undurable", "consume_sent", "cancel_sent",
+                 "release_sent", "owned_since", "last_interest")
+
+    def __init__(self) -> None:
+        self.waiters: collections.deque = collections.deque()
+        self.inflight = 0            # messages asked for by ACQUIREs not applied yet
+        self.undurable = 0           # acquired, waiting for the majority
+        self.consume_sent = False
+        self.cancel_sent = False
+        self.release_sent = False
+        self.owned_since: Optional[float] = None
+        self.last_interest = float("-inf")
+
+
+def _err(code: int, what: str) -> Exception:
+    if code == FULL:
+        return QueueFull(f"{what}: the queue is at its depth or bytes limit")
+    if code == NO_QUEUE:
+        return NoSuchQueue(what)
+    if code == STALE_EPOCH:
+        return StaleEpoch(f"{what}: the acquisition's epoch was superseded (requeued)")
+    if code == NOT_ACQUIRED:
+        return NotAcquired(f"{what}: not held by this acquisition")
+    if code == TOO_LARGE:
+        return MessageTooLarge(what)
+    return QueueError(f"{what}: refused ({code})")
+
+
+class Replica:
+    def __init__(self, local: Any, config: Optional[WorkQueueConfig] = None,
+                 clock: Callable[[], float] = lambda: 0.0):
+        """``local``: this member's Address (its ``uid`` identifies it in the state)."""
+        self.config = cfg = config or WorkQueueConfig()
+        self.local = local
+        self.uid: bytes = local.uid
+        self.clock = clock
+        self.state = QueueState(cfg.max_depth, cfg.max_bytes, cfg.max_message_size)
+        self.phase = Phase.IDLE
+        self.view = None
+        self.view_key: Optional[list] = None
+        self.round: Optional[dict] = None
+        self.await_key: Optional[list] = None
+        self.held: list = []                  # ordered deliveries while awaiting state
+        self.early_snap: Optional[tuple] = None  # a snapshot that came before the round ended
+        self.cseq = 0
+        self.pseq = 0
+        self.sent: dict = {}                  # cseq -> Request or ("internal", queue, op)
+        self.unsent: list = []                # requests waiting for an active epoch
+        self.undurable: collections.deque = collections.deque()  # (pos, kind, payload)
+        self.acks: dict = {}                  # member uid -> (epoch, applied)
+        self.reported: Optional[tuple] = None
+        self.report_to: set = set()           # senders of batches applied since we reported
+        self.report_all = False
+        self.batch: list = []
+        self.batch_size = 0
+        self.outbox: list = []                # (dest, payload, ordered)
+        self.local_queues: dict = {}          # name -> _Local
+        self.live: dict = {}                  # token -> Delivery handed to consumers
+        self.stats = collections.Counter()
+
+    # ======================================================================================
+    # inputs from the driver
+    # ======================================================================================
+    def set_state(self, data: bytes) -> None:
+        """State transfer to a joiner (the coordinator's ``get_state``), before its first
+        view is delivered here."""
+        self.state.restore(data)
+        self.stats["state_transfers"] += 1
+
+    def get_state(self) -> bytes:
+        return self.state.snapshot()
+
+    def on_view(self, view: Any) -> None:
+        if self.phase is Phase.CLOSED:
+            return
+        key = [view.view_id.coord.uid, view.view_id.id]
+        if key == self.view_key:
+            return  # a joiner sees its first view again after the transferred state
+        self.view, self.view_key = view, key
+        self.round, self.await_key, self.held, self.early_snap = None, None, [], None
+        self._drop_batch()
+        if self.local not in view.members or not view.primary:
+            self._lose_primary("not in a primary component")
+            return
+        self.phase = Phase.RECONCILING
+        self.round = {"key": key, "members": [m.uid for m in view.members], "hellos": {}}
+        s = self.state
+        self._emit(None, [HELLO, key, s.epoch, s.applied, s.members], True)
+        self.stats["rounds"] += 1
+
+    def on_message(self, msg: Any) -> bool:
+        """One delivered message. False: not a work-queue message (the application's)."""
+        p = msg.payload
+        if not codec.is_queue_payload(p):
+            return False
+        if self.phase is Phase.CLOSED:
+            return True
+        try:
+            obj = codec.decode(p)
+            kind = obj[0]
+            sender = msg.sender.uid
+            if kind == BATCH:
+                if self.phase is Phase.ACTIVE:
+                    self._apply(sender, obj)
+                elif self.phase is Phase.AWAIT_SNAPSHOT:
+                    self.held.append((sender, obj))
+                else:
+                    self.stats["batches_refused"] += 1  # refused by every member alike
+            elif kind == HELLO:
+                self._on_hello(sender, obj)
+            elif kind == APPLIED:
+                epoch, applied = obj[1], obj[2]
+                if type(epoch) is int and type(applied) is int:
+                    self.acks[sender] = (epoch, applied)
+                    self._check_durable()
+            elif kind == SNAP:
+                self._on_snapshot(obj)
+            else:
+                self.stats["malformed"] += 1
+        except (ValueError, TypeError, IndexError, KeyError, AttributeError):
+            self.stats["malformed"] += 1
+        return True
+
+    def tick(self) -> None:
+        """Time slices and lingering interest (the driver calls it every ``tick_s``)."""
+        if self.phase is Phase.ACTIVE:
+            for name in list(self.local_queues):
+                self._pump(name)
+
+    def take_outgoing(self) -> list:
+        """[(dest Address or None, payload bytes, ordered)] to send, in this order."""
+        self._seal()
+        s = self.state
+        if self.phase is Phase.ACTIVE and len(s.members) > 1 and \
+                self.reported != (s.epoch, s.applied) and (self.report_to or self.report_all):
+            # what we applied, to the members whose batches it includes (they wait for a
+            # majority); to everyone when that is everyone or a new epoch began
+            self.reported = (s.epoch, s.applied)
+            payload = codec.encode([APPLIED, s.epoch, s.applied])
+            to = self.report_to - {self.uid}
+            if self.report_all or len(to) >= len(s.members) - 1:
+                self.outbox.append((None, payload, False))
+            else:
+                for a in self.view.members:
+                    if a.uid in to:
+                        self.outbox.append((a, payload, False))
+            self.report_to, self.report_all = set(), False
+        out, self.outbox = self.outbox, []
+        return out
+
+    def close(self) -> None:
+        self._fail_all(QueueClosed("the work queue service was closed"),
+                       QueueOutcomeUnknown("the work queue service was closed with the call "
+                                           "under way"))
+        self.phase = Phase.CLOSED
+
+    # ======================================================================================
+    # API
+    # ======================================================================================
+    def create(self, name: str, alternate: Optional[str] = None,
+               max_depth: Optional[int] = None, max_bytes: Optional[int] = None,
+               callback=None) -> Request:
+        req = Request("create", name, [name, alternate, max_depth, max_bytes], callback)
+        return self._submit(req)
+
+    def publish(self, queue: str, body: bytes, callback=None) -> Request:
+        if not isinstance(body, bytes):
+            body = bytes(body)
+        if len(body) > self.config.max_message_size:
+            raise MessageTooLarge(f"a body of {len(body)} bytes; at most "
+                                  f"{self.config.max_message_size} (max_message_size)")
+        self.pseq += 1
+        return self._submit(Request("publish", queue, [queue, self.pseq, body], callback))
+
+    def acquire(self, queue: str, n: int = 1, callback=None, many: bool = False) -> Request:
+        """Wait for ``n`` messages (``many``: complete with at least one, as soon as nothing
+        more is on its way). The driver cancels it on timeout with ``cancel``."""
+        req = Request("acquire", queue, [], callback)
+        req.want, req.many = max(1, int(n)), many
+        if self.phase is Phase.NOT_PRIMARY or self.phase is Phase.CLOSED:
+            self._finish(req, error=self._not_primary())
+            return req
+        lq = self._lq(queue)
+        lq.waiters.append(req)
+        lq.last_interest = self.clock()
+        self._pump(queue)
+        return req
+
+    def cancel(self, req: Request) -> None:
+        """Give up a waiting acquire (timeout): what it already holds goes back (a "many"
+        acquire completes with it instead)."""
+        if req.kind != "acquire" or req.done:
+            return
+        req.cancelled = True
+        lq = self.local_queues.get(req.queue)
+        if lq is not None and req in lq.waiters:
+            lq.waiters.remove(req)
+        got, req.got = req.got, []
+        if req.many and got:
+            self._finish(req, result=got)  # keeps what it has
+        else:
+            for d in got:
+                self._orphan(d)
+            self._finish(req, error=None, result=[])
+        if self.phase is Phase.ACTIVE:
+            self._pump(req.queue)
+
+    def settle(self, op: str, delivery: Delivery, callback=None) -> Request:
+        """``op``: "accept" (dequeue), "release" or "reject"."""
+        code = SETTLE_OPS[op]
+        d = delivery
+        req = Request(op, d.queue, [code, d.queue, d.mid[0], d.mid[1], d.token[0], d.token[1]],
+                      callback)
+        req.delivery = d
+        return self._submit(req)
+
+    # ======================================================================================
+    # sending
+    # ======================================================================================
+    def _submit(self, req: Request) -> Request:
+        if self.phase is Phase.ACTIVE:
+            self._send(req)
+        elif self.phase in (Phase.RECONCILING, Phase.AWAIT_SNAPSHOT, Phase.IDLE):
+            self.unsent.append(req)
+        else:
+            self._finish(req, error=self._not_primary())
+        return req
+
+    def _command(self, req: Request) -> list:
+        k = req.kind
+        if k == "publish":
+            return [ENQUEUE, *req.args]
+        if k == "create":
+            return [CREATE, *req.args]
+        return list(req.args)  # settle: [op, queue, pub, pseq, tepoch, tok]
+
+    def _send(self, req: Request) -> None:
+        self.cseq += 1
+        req.cseq, req.status, req.epoch = self.cseq, SENT, self.state.epoch
+        self.sent[self.cseq] = req
+        self._add([self.cseq, *self._command(req)])
+
+    def _internal(self, queue: str, op: int, *args) -> None:
+        self.cseq += 1
+        self.sent[self.cseq] = ("internal", queue, op, args)
+        self._add([self.cseq, op, queue, *args])
+
+    def _add(self, cmd: list) -> None:
+        size = codec.packed_size(cmd)
+        cfg = self.config
+        if self.batch and (self.batch_size + size > cfg.batch_max_bytes or
+                           len(self.batch) >= cfg.batch_max_commands):
+            self._seal()
+        self.batch.append(cmd)
+        self.batch_size += size
+        if size > cfg.batch_max_bytes:
+            self._seal()
+
+    def _seal(self) -> None:
+        if self.batch:
+            self._emit(None, [BATCH, self.state.epoch, self.batch], True)
+            self.stats["batches_sent"] += 1
+            self.stats["commands_sent"] += len(self.batch)
+            self.batch, self.batch_size = [], 0
+
+    def _drop_batch(self) -> None:
+        """A view change: unsent commands of the old epoch would be refused anyway."""
+        self.batch, self.batch_size = [], 0
+        self.outbox = [o for o in self.outbox if not o[2]]
+
+    def _emit(self, dest, obj: list, ordered: bool) -> None:
+        if obj[0] != BATCH:
+            self._seal()  # keep the order: commands added before go first
+        self.outbox.append((dest, codec.encode(obj), ordered))
+
+    # ======================================================================================
+    # applying batches
+    # ======================================================================================
+    def _apply(self, sender: bytes, obj: list) -> None:
+        _, epoch, cmds = obj
+        s = self.state
+        results = s.apply(sender, epoch, cmds)
+        self.stats["batches_applied"] += 1
+        self.report_to.add(sender)
+        if sender == self.uid:
+            pos = s.applied
+            for cseq, code, data in results:
+                r = self.sent.pop(cseq, None)
+                if r is None:
+                    continue  # superseded (resent in this epoch) or malformed
+                if type(r) is tuple:
+                    self._internal_result(r, code)
+                else:
+                    self._result(r, code, data, pos)
+        if s.touched:
+            touched, s.touched = s.touched, set()
+            for name in touched:
+                if name in self.local_queues:
+                    self._pump(name)
+
+    def _result(self, req: Request, code: int, data: Any, pos: int) -> None:
+        if code == RETRY:
+            if self.phase is Phase.ACTIVE:
+                self._send(req)  # (not expected: resends happen at activation)
+            else:
+                self.sent[req.cseq] = req
+            return
+        if req.kind == "acquire-cmd":
+            self._acquired(req, code, data, pos)
+            return
+        if req.kind in SETTLE_OPS:
+            self.live.pop(req.delivery.token, None)  # settled, or not ours any more
+        if code != OK:
+            self._finish(req, error=_err(code, f"{req.kind} on {req.queue!r}"))
+            return
+        req.status, req.pos = APPLIED_, pos
+        if self.config.ack == ACK_LOCAL:
+            self._finish(req)
+        else:
+            self.undurable.append((pos, "req", req))
+            self._check_durable()
+
+    def _internal_result(self, r: tuple, code: int) -> None:
+        _, name, op, _args = r
+        lq = self.local_queues.get(name)
+        if lq is None:
+            return
+        if op == CONSUME:
+            lq.consume_sent = False
+        elif op == CANCEL:
+            lq.cancel_sent = False
+        elif op == OWNER_RELEASE:
+            lq.release_sent = False
+            lq.owned_since = None
+        self._pump(name)
+
+    # -- acquisitions ------------------------------------------------------------------------
+    def _acquired(self, req: Request, code: int, data: Any, pos: int) -> None:
+        lq = self._lq(req.queue)
+        lq.inflight -= req.want
+        if code != OK:
+            if code == NOT_OWNER:
+                self.stats["acquire_not_owner"] += 1
+            self._pump(req.queue)
+            return
+        ds = [Delivery(req.queue, e.mid, e.body, (e.tepoch, e.tok), e.deliveries > 1)
+              for e in data]
+        if not ds:
+            self._pump(req.queue)
+            return
+        if self.config.ack == ACK_LOCAL:
+            self._hand_out(req.queue, ds)
+        else:
+            lq.undurable += len(ds)
+            self.undurable.append((pos, "acq", (req.queue, ds)))
+            self._check_durable()
+
+    def _hand_out(self, name: str, ds: list) -> None:
+        """Durable acquisitions to the waiting consumers, first come first served; what
+        nobody waits for any more goes back to the queue."""
+        lq = self._lq(name)
+        i = 0
+        while i < len(ds) and lq.waiters:
+            w = lq.waiters[0]
+            while i < len(ds) and len(w.got) < w.want:
+                w.got.append(ds[i])
+                self.live[ds[i].token] = ds[i]
+                i += 1
+            if len(w.got) >= w.want or (w.many and lq.inflight == 0 and lq.undurable == 0):
+                lq.waiters.popleft()
+                got, w.got = w.got, []
+                self._finish(w, result=got)
+        for d in ds[i:]:
+            self._orphan(d)
+        # a "many" waiter with something in hand completes once nothing else is on its way
+        while lq.waiters and lq.waiters[0].many and lq.waiters[0].got and \
+                lq.inflight == 0 and lq.undurable == 0:
+            w = lq.waiters.popleft()
+            got, w.got = w.got, []
+            self._finish(w, result=got)
+        self._pump(name)
+
+    def _orphan(self, d: Delivery) -> None:
+        """Acquired for a consumer that went away: release it (not a user call)."""
+        self.live.pop(d.token, None)
+        if self.phase is Phase.ACTIVE:
+            self.stats["orphans_released"] += 1
+            self._internal(d.queue, RELEASE, d.mid[0], d.mid[1], d.token[0], d.token[1])
+
+    # -- completion --------------------------------------------------------------------------
+    def _check_durable(self) -> None:
+        u = self.undurable
+        if not u or self.phase is not Phase.ACTIVE:
+            return
+        s = self.state
+        members = s.members
+        need = len(members) // 2 + 1
+        vals = []
+        for m in members:
+            if m == self.uid:
+                vals.append(s.applied)
+            else:
+                a = self.acks.get(m)
+                if a is not None and a[0] == s.epoch:
+                    vals.append(a[1])
+        if len(vals) < need:
+            return
+        vals.sort(reverse=True)
+        upto = vals[need - 1]
+        while u and u[0][0] <= upto:
+            _, kind, x = u.popleft()
+            if kind == "req":
+                self._finish(x)
+            else:
+                name, ds = x
+                self._lq(name).undurable -= len(ds)
+                self._hand_out(name, ds)
+
+    def _finish(self, req: Request, error: Optional[Exception] = None, result: Any = None) -> None:
+        if req.status == DONE:
+            return
+        req.status, req.error = DONE, error
+        if result is not None:
+            req.result = result
+        if req.callback is not None:
+            req.callback(req)
+
+    # ======================================================================================
+    # ownership and interest (seed 001 QueueOwnerHandler), level-triggered
+    # ======================================================================================
+    def _lq(self, name: str) -> _Local:
+        lq = self.local_queues.get(name)
+        if lq is None:
+            lq = self.local_queues[name] = _Local()
+        return lq
+
+    def _pump(self, name: str) -> None:
+        if self.phase is not Phase.ACTIVE:
+            return
+        lq = self.local_queues.get(name)
+        q = self.state.queues.get(name)
+        if lq is None:
+            return
+        if q is None:
+            while lq.waiters:  # waiting on a queue nobody created
+                self._finish(lq.waiters.popleft(), error=NoSuchQueue(name))
+            return
+        now = self.clock()
+        uid = self.uid
+        if lq.waiters:
+            lq.last_interest = now
+        interested = bool(lq.waiters) or now - lq.last_interest < self.config.interest_linger_s
+        member = uid in q.consumers
+        owner = q.owner == uid
+        if not owner:
+            lq.owned_since = None
+        if interested:
+            if not member and not lq.consume_sent:
+                lq.consume_sent = True
+                self._internal(name, CONSUME)
+        elif member and not lq.cancel_sent and lq.inflight == 0:
+            lq.cancel_sent = True  # CANCEL passes the ownership on too
+            self._internal(name, CANCEL)
+            return
+        if not owner or lq.release_sent or lq.cancel_sent:
+            return
+        if lq.owned_since is None:
+            lq.owned_since = now
+        idle = not lq.waiters and now - lq.last_interest >= self.config.interest_linger_s
+        if (idle or now - lq.owned_since >= self.config.time_slice_s) and \
+                any(c != uid for c in q.consumers):
+            lq.release_sent = True  # time slice over, others wait: pass it on
+            self.stats["time_slices"] += 1
+            self._internal(name, OWNER_RELEASE)
+            return
+        need = sum(w.want - len(w.got) for w in lq.waiters) - lq.inflight - lq.undurable
+        avail = q.available - lq.inflight
+        n = min(need, avail, self.config.max_acquire_batch)
+        if n > 0:
+            req = Request("acquire-cmd", name, [ACQUIRE, name, n], None)
+            req.want = n
+            lq.inflight += n
+            self._send(req)
+
+    # ======================================================================================
+    # epochs: the HELLO round, snapshots, losing the primary
+    # ======================================================================================
+    def _on_hello(self, sender: bytes, obj: list) -> None:
+        _, key, epoch, applied, members = obj
+        r = self.round
+        if r is None or key != r["key"] or sender not in r["members"]:
+            self.stats["stale_hellos"] += 1
+            return
+        if type(epoch) is not int or type(applied) is not int or type(members) is not list:
+            raise ValueError("malformed HELLO")
+        r["hellos"].setdefault(sender, (epoch, applied, members))
+        if len(r["hellos"]) == len(r["members"]):
+            self._complete_round(r)
+
+    def _complete_round(self, r: dict) -> None:
+        self.round = None
+        order = r["members"]
+        hellos = r["hellos"]
+        best = max((hellos[m][0], hellos[m][1]) for m in order)
+        donor = next(m for m in order if hellos[m][:2] == best)
+        best_members = hellos[donor][2]
+        present = sum(1 for m in best_members if m in set(order))
+        if best_members and 2 * present <= len(best_members):
+            # the most advanced state we can see belongs to an epoch most of whose members
+            # are missing: another component may have moved on from it
+            self.stats["no_quorum"] += 1
+            self._lose_primary("no majority of the last epoch's members")
+            return
+        pid = self.view.primary_id
+        mine = hellos[self.uid][:2]
+        if mine == best:
+            self.state.begin_epoch(pid, order)
+            stale = [a for a in self.view.members if hellos[a.uid][:2] != best]
+            if donor == self.uid and stale:
+                snap = self.state.snapshot()
+                for a in stale:
+                    self._emit(a, [SNAP, r["key"], snap], False)
+                self.stats["snapshots_sent"] += len(stale)
+            self._activate(in_sync=True)
+        else:
+            self.phase = Phase.AWAIT_SNAPSHOT
+            self.await_key = r["key"]
+            self.held = []
+            early, self.early_snap = self.early_snap, None
+            if early is not None and early[0] == r["key"]:
+                self._on_snapshot(early[1])
+
+    def _on_snapshot(self, obj: list) -> None:
+        _, key, data = obj
+        if self.phase is Phase.RECONCILING and self.round is not None and \
+                key == self.round["key"]:
+            self.early_snap = (key, obj)  # unicast overtook the last HELLO's delivery here
+            return
+        if self.phase is not Phase.AWAIT_SNAPSHOT or key != self.await_key:
+            self.stats["stale_snapshots"] += 1
+            return
+        self.state.restore(data)
+        self.stats["snapshots_received"] += 1
+        self.await_key = None
+        held, self.held = self.held, []
+        self._activate(in_sync=False, held=held)
+
+    def _activate(self, in_sync: bool, held: Optional[list] = None) -> None:
+        self.phase = Phase.ACTIVE
+        self.reported = None
+        self.report_to, self.report_all = set(), True
+        s = self.state
+        # what was applied in the previous epoch and not confirmed yet
+        u, self.undurable = self.undurable, collections.deque()
+        for _pos, kind, x in u:
+            if kind == "req":
+                if in_sync:  # part of the state every member of this epoch starts from
+                    self.undurable.append((0, kind, x))
+                else:
+                    self._finish(x, error=QueueOutcomeUnknown(
+                        f"{x.kind} on {x.queue!r}: applied, then our state was replaced"))
+            else:
+                name, ds = x
+                lq = self._lq(name)
+                lq.undurable -= len(ds)
+                if in_sync:
+                    lq.undurable += len(ds)
+                    self.undurable.append((0, kind, x))
+        for lq in self.local_queues.values():
+            lq.consume_sent = lq.cancel_sent = lq.release_sent = False
+            lq.inflight = 0
+            lq.owned_since = None
+        # calls sent in an older epoch and not applied: again, in order, then the new ones
+        old = sorted((r for r in self.sent.values() if type(r) is Request),
+                     key=lambda r: r.cseq)
+        self.sent = {}
+        if held:
+            for sender, obj in held:  # refused (old epoch) or applied, like everyone did
+                self._apply(sender, obj)
+        for r in old:
+            if r.kind == "acquire-cmd":
+                continue  # recomputed by _pump
+            if r.status != DONE:
+                self._send(r)
+        unsent, self.unsent = self.unsent, []
+        for r in unsent:
+            if r.status != DONE:
+                self._send(r)
+        # acquisitions the state gives us that no consumer of ours holds: back they go
+        mine = {d.token for _p, k, x in self.undurable if k == "acq" for d in x[1]}
+        for q in s.queues.values():
+            for e in list(q.acquired.values()):
+                tok = (e.tepoch, e.tok)
+                if e.holder == self.uid and tok not in self.live and tok not in mine:
+                    self.stats["orphans_released"] += 1
+                    self._internal(q.name, RELEASE, e.mid[0], e.mid[1], e.tepoch, e.tok)
+        for name in list(self.local_queues):
+            self._pump(name)
+        self._check_durable()
+
+    def _not_primary(self) -> Exception:
+        return QueueNotPrimary(f"member {self.local} is not in a primary component")
+
+    def _lose_primary(self, why: str) -> None:
+        self.phase = Phase.NOT_PRIMARY
+        self._fail_all(QueueNotPrimary(f"{self.local}: {why}"),
+                       QueueOutcomeUnknown(f"{self.local}: {why} before a majority confirmed"))
+
+    def _fail_all(self, definite: Exception, unknown: Exception) -> None:
+        self._drop_batch()
+        for _pos, kind, x in self.undurable:
+            if kind == "req":
+                self._finish(x, error=unknown)
+        self.undurable = collections.deque()
+        for r in list(self.sent.values()):
+            # sent but not applied here: the sequencer may have ordered it for the others
+            # (virtual synchrony only binds the members that move on together with us)
+            if type(r) is Request and r.kind != "acquire-cmd":
+                self._finish(r, error=unknown)
+        self.sent = {}
+        unsent, self.unsent = self.unsent, []
+        for r in unsent:
+            self._finish(r, error=definite)
+        for lq in self.local_queues.values():
+            while lq.waiters:
+                w = lq.waiters.popleft()
+                if w.many and w.got:
+                    got, w.got = w.got, []
+                    self._finish(w, result=got)
+                else:
+                    w.got = []
+                    self._finish(w, error=definite)
+            lq.inflight = lq.undurable = 0
+            lq.consume_sent = lq.cancel_sent = lq.release_sent = False
+            lq.owned_since = None
+
+    # ======================================================================================
+    # reading
+    # ======================================================================================
+    def depth(self, name: str) -> int:
+        q = self.state.queues.get(name)
+        return q.depth if q is not None else 0
+
+    def info(self) -> dict:
+        s = self.state
+        return {"phase": self.phase.value, "epoch": s.epoch, "applied": s.applied,
+                "digest": s.digest(),
+                "queues": {q.name: {"depth": q.depth, "available": q.available,
+                                    "acquired": len(q.acquired), "bytes": q.bytes,
+                                    "owner": q.owner.hex()[:8] if q.owner else None,
+                                    "consumers": len(q.consumers),
+                                    "enqueued": q.counters[0], "dequeued": q.counters[2],
+                                    "rejected": q.counters[3], "requeued": q.counters[4]}
+                           for q in s.queues.values()},
+                "stats": dict(self.stats)}

@@ -1,0 +1,210 @@
+"""Members as Ray actors (issue 6) on a real local Ray cluster, one Ray session per run.
+
+One 5-member group for the module: launch, views that agree with every member's stack,
+members' attributes, multicast through the handle, a second launch that attaches, a second
+driver process that attaches by name, the async forms, typed errors, leave and rejoin through
+the subscription, a debug pause; then ``ray.kill`` of a member (excluded, Ray's signal in the
+record) and a Ray restart of another (rejoins with a fresh UUID). No wall-clock assertions:
+every wait is for a condition, with a generous deadline.
+"""
+import asyncio
+import json
+import os
+
+import pytest
+
+pytest_plugins = ["tests.ray_fixtures"]
+
+ray = pytest.importorskip("ray")
+
+from raygroups.actors import Group, GroupClosed, NoSuchGroup, NotMember  # noqa: E402
+from raygroups.stack import RaygroupsError, View  # noqa: E402
+
+WAIT_S = 60.0
+
+
+def wait_for(g: Group, pred, after=None, timeout: float = WAIT_S) -> View:
+    """The first view (from the subscription) that satisfies ``pred``."""
+    for v in g.views(after=after, timeout=timeout):
+        if pred(v):
+            return v
+    raise AssertionError(f"no view satisfying the condition within {timeout}s: {g.view()}")
+
+
+@pytest.fixture(scope="module")
+def group(ray_session):
+    g = Group.launch(f"t-actors-{os.getpid()}", members=5, timeout=WAIT_S,
+                     metrics_interval_s=0.5)
+    yield g
+    g.shutdown()
+
+
+def test_launch_five_members_one_view(group):
+    v = group.view()
+    assert len(v.members) == 5
+    assert sorted(m.name for m in v.members) == sorted(group.member_names())
+
+
+def test_views_agree_with_every_members_stack(group):
+    v = group.view()
+    infos = group.probe()
+    assert len(infos) == 5
+    for info in infos:
+        assert info["state"] == "member", info
+        assert info["view"]["view_id"] == [v.view_id.coord.name, v.view_id.id]
+        assert info["view"]["uuids"] == [m.uuid_hex for m in v.members]
+        # the member's own history ends with the same view
+        hist = group.view_history(member=info["name"])
+        assert hist[-1]["view_id"] == info["view"]["view_id"]
+
+
+def test_members_attributes(group, ray_session):
+    ms = group.members()
+    v = group.view()
+    assert [m["uuid"] for m in ms] == [a.uuid_hex for a in v.members]
+    for m in ms:
+        assert {"name", "uuid", "address", "node_id", "state", "coordinator",
+                "actor_name", "http_url"} <= set(m)
+        assert m["node_id"] == ray_session.node_id
+        assert m["state"] == "alive"
+        assert m["address"].startswith("127.0.0.1:")
+        assert m["actor_name"] == f"raygroups:{group.cluster}:{m['name']}"
+    assert [m["coordinator"] for m in ms] == [True] + [False] * 4
+    # no actor handles leak into what users get
+    assert "ActorHandle" not in repr(ms)
+
+
+def test_send_reaches_every_member_and_batches(group):
+    group.send(b"job-1")
+    names = group.member_names()
+    for n in names:
+        got = []
+        while not got:
+            got = [m for m in group.receive(timeout=5, member=n) if m["payload"] == b"job-1"]
+        assert got[0]["sender"] in names
+    assert group.send_many([b"b%d" % i for i in range(500)]) == 500
+    n, seen = names[0], []
+    while len(seen) < 500:
+        batch = group.receive(max_messages=1000, timeout=10, member=n)
+        assert batch, "messages stopped arriving"
+        seen += [m["payload"] for m in batch if m["payload"].startswith(b"b")]
+    assert seen == [b"b%d" % i for i in range(500)]  # FIFO from one sender
+
+
+def test_second_launch_attaches(group):
+    before = {m["name"]: m["uuid"] for m in group.members()}
+    again = Group.launch(group.cluster, members=5, timeout=WAIT_S)
+    assert {m["name"]: m["uuid"] for m in again.members()} == before
+
+
+def test_attach_from_a_second_driver(group, ray_session):
+    code = (
+        "import json, ray\n"
+        "ray.init(address=__import__('os').environ['RAY_ADDRESS'], log_to_driver=False)\n"
+        "from raygroups.actors import Group\n"
+        f"g = Group.attach({group.cluster!r})\n"
+        "v = g.view()\n"
+        "print(json.dumps({'view_id': [v.view_id.coord.name, v.view_id.id],\n"
+        "                  'uuids': [m.uuid_hex for m in v.members],\n"
+        "                  'names': sorted(m['name'] for m in g.members())}))\n")
+    out = ray_session.run_driver(code)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    v = group.view()
+    assert got["view_id"] == [v.view_id.coord.name, v.view_id.id]
+    assert got["uuids"] == [m.uuid_hex for m in v.members]
+    assert got["names"] == sorted(group.member_names())
+
+
+def test_async_forms(group):
+    async def main():
+        v = await group.view_async()
+        ms = await group.members_async()
+        await group.send_async(b"async-1")
+        first = None
+        async for w in group.views_async(timeout=1.0):
+            first = w
+            break
+        return v, ms, first
+    v, ms, first = asyncio.run(main())
+    assert v == group.view() == first
+    assert [m["uuid"] for m in ms] == [a.uuid_hex for a in v.members]
+
+
+def test_typed_errors(group):
+    with pytest.raises(NoSuchGroup):
+        Group.attach(f"no-such-group-{os.getpid()}")
+    assert issubclass(NoSuchGroup, GroupClosed)
+    with pytest.raises(NotMember):
+        group.send(b"x", dest="nobody-by-that-name")
+    with pytest.raises(NotMember):
+        group.info("nobody-by-that-name")
+    with pytest.raises(RaygroupsError):
+        group.view_history(member="nobody-by-that-name")
+
+
+def test_leave_and_rejoin_seen_in_order_by_the_subscription(group):
+    v0 = group.view()
+    leaver = v0.members[-1]
+    group.leave(leaver.name)
+    assert group.info(leaver.name)["state"] == "left"
+    with pytest.raises(NotMember):  # once what it delivered before leaving is read
+        for _ in range(100):
+            group.receive(max_messages=100_000, timeout=0.1, member=leaver.name)
+    v1 = wait_for(group, lambda v: leaver not in v, after=v0.view_id)
+    assert v1.view_id > v0.view_id
+    group.rejoin(leaver.name)
+    v2 = wait_for(group, lambda v: leaver.name in [m.name for m in v.members],
+                  after=v1.view_id)
+    back = next(m for m in v2.members if m.name == leaver.name)
+    assert back.uid != leaver.uid  # a fresh UUID
+    hist = [tuple(h["view_id"]) for h in group.view_history(member=v0.members[0].name)]
+    i0, i1, i2 = (hist.index((x.view_id.coord.name, x.view_id.id)) for x in (v0, v1, v2))
+    assert i0 < i1 < i2
+
+
+def test_debug_pause_stops_and_resumes(group):
+    name = group.view().members[-1].name
+    group.pause(name, 0.5)
+    info = next(i for i in group.probe() if i["name"] == name)
+    assert info["state"] in ("paused", "member")  # "member" if the pause is already over
+    while group.info(name)["state"] == "paused":
+        pass
+    assert group.info(name)["state"] == "member"
+
+
+def test_metrics_and_figures(group):
+    info = group.probe()[0]
+    while info["metrics_exports"] == 0:  # the exporter runs every 0.5 s here
+        info = group.probe()[0]
+    f = info["figures"]
+    assert f["views_installed"] >= 1 and f["messages_sent"] > 0 and f["bytes_received"] > 0
+    assert set(f) >= {"views_installed", "suspicions", "messages_sent", "messages_received",
+                      "messages_retransmitted", "bytes_sent", "bytes_received"}
+
+
+def test_ray_kill_excludes_the_member(group):
+    v0 = group.view()
+    victim = v0.members[2]
+    group.kill(victim.name)
+    v1 = wait_for(group, lambda v: victim not in v, after=v0.view_id)
+    assert len(v1.members) == 4
+    for info in group.probe():
+        assert victim.uuid_hex not in info["view"]["uuids"]
+    events = [s for i in group.probe() for s in i["suspicions"]
+              if s["uuid"] == victim.uuid_hex and s["event"] == "RayDead"]
+    assert events, "Ray's failure signal was not recorded"
+    assert victim.name not in group.member_names()
+
+
+def test_ray_restart_rejoins_with_a_new_uuid(group):
+    v0 = group.view()
+    victim = v0.members[-1]
+    group.kill(victim.name, restart=True)
+    v1 = wait_for(group, lambda v: victim not in v, after=v0.view_id)
+    v2 = wait_for(group, lambda v: victim.name in [m.name for m in v.members],
+                  after=v1.view_id)
+    back = next(m for m in v2.members if m.name == victim.name)
+    assert back.uid != victim.uid
+    info = group.info(victim.name)
+    assert info["uuid"] == back.uuid_hex and info["restarts"] >= 1

@@ -1,0 +1,122 @@
+"""The ``raygroups`` command end to end (issue 6): each command is a subprocess
+(``python -m raygroups.actors``) on the test run's Ray session: up, members (table and JSON),
+views (history, and --follow while a member leaves), probe, list, bootstrap generate, down;
+simulate needs no Ray."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest_plugins = ["tests.ray_fixtures"]
+
+ray = pytest.importorskip("ray")
+
+from raygroups.actors import Group  # noqa: E402
+
+CLUSTER = f"t-cli-{os.getpid()}"
+
+
+def cli(session, *args: str, timeout: float = 120.0, check: bool = True):
+    out = subprocess.run([sys.executable, "-m", "raygroups.actors", *args],
+                         env=session.env() if session else None, capture_output=True,
+                         text=True, timeout=timeout)
+    if check:
+        assert out.returncode == 0, f"raygroups {' '.join(args)}:\n{out.stdout}\n{out.stderr}"
+    return out
+
+
+@pytest.fixture(scope="module")
+def up(ray_session):
+    out = cli(ray_session, "up", CLUSTER, "--members", "3", "--json")
+    yield json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
+    try:
+        Group.attach(CLUSTER).shutdown()
+    except Exception:
+        pass
+
+
+def test_up_reports_progress_and_the_view(up):
+    result, progress = up
+    assert len(result["members"]) == 3 and len(result["status_pages"]) == 3
+    assert result["token"]
+    assert "joined as" in progress and "agreed: view" in progress
+
+
+def test_members_table_and_json(ray_session, up):
+    table = cli(ray_session, "members", CLUSTER).stdout
+    assert table.splitlines()[0].split()[:3] == ["NAME", "UUID", "ADDRESS"]
+    assert "coordinator" in table
+    ms = json.loads(cli(ray_session, "members", CLUSTER, "--json").stdout)
+    assert sorted(m["name"] for m in ms) == sorted(up[0]["members"])
+    assert all(m["state"] == "alive" and m["node_id"] == ray_session.node_id for m in ms)
+
+
+def test_probe_and_list(ray_session, up):
+    infos = json.loads(cli(ray_session, "probe", CLUSTER, "--json").stdout)
+    assert len(infos) == 3
+    for i in infos:
+        assert i["state"] == "member" and i["stats"]["transport"]["sent_msgs"] > 0
+        assert i["view"]["members"] == infos[0]["view"]["members"]
+    text = cli(ray_session, "probe", CLUSTER).stdout
+    assert text.count("## ") == 3 and "figures" in text
+    groups = json.loads(cli(ray_session, "list", "--json").stdout)
+    assert sorted(groups[CLUSTER]) == sorted(up[0]["members"])
+
+
+def test_views_history_and_follow(ray_session, up):
+    hist = [json.loads(x) for x in
+            cli(ray_session, "views", CLUSTER, "--json").stdout.splitlines()]
+    assert hist and hist[-1]["members"] == up[0]["members"]
+    proc = subprocess.Popen([sys.executable, "-m", "raygroups.actors", "views", CLUSTER,
+                             "--follow", "--json", "--timeout", "20"],
+                            env=ray_session.env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in hist:  # it prints the history first
+            json.loads(proc.stdout.readline())
+        g = Group.attach(CLUSTER)
+        leaver = up[0]["members"][-1]
+        # the follower subscribes right after printing; a view installed before it did is
+        # still delivered (it asks for the views after the last one it printed)
+        g.leave(leaver)
+        line = json.loads(proc.stdout.readline())
+        assert leaver not in line["members"] and line["left"] == [leaver]
+        g.rejoin(leaver)
+        line = json.loads(proc.stdout.readline())
+        assert leaver in line["members"] and line["joined"] == [leaver]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_bootstrap_generate(ray_session, up, tmp_path):
+    text = cli(None, "bootstrap", "generate", "orders", "--nodes", "10.0.0.1,10.0.0.2",
+               "--per-node", "2").stdout.split("\n")
+    assert text[:4] == ["A 1 10.0.0.1:7800 T", "B 2 10.0.0.1:7801 F", "C 3 10.0.0.2:7800 F",
+                        "D 4 10.0.0.2:7801 F"]
+    out = tmp_path / "1.list"
+    cli(ray_session, "bootstrap", "generate", "orders", "--out", str(out))
+    assert out.read_text().strip() == "A 1 127.0.0.1:7800 T"
+
+
+def test_simulate_prints_figures():
+    out = cli(None, "simulate", "--members", "6", "--json", timeout=300)
+    fig = json.loads(out.stdout)
+    assert fig["members"] == 6 and fig["crashed"] == 1 and fig["errors"] == 0
+    assert 0 < fig["detection_first_s"] <= fig["detection_last_s"]
+    assert "members started" in out.stderr  # progress
+    text = cli(None, "simulate", "--members", "6", "--membership", "gossip", timeout=300).stdout
+    assert "detected first" in text and "membership=gossip" in text
+
+
+def test_down(ray_session, up):
+    out = cli(ray_session, "down", CLUSTER)
+    assert "down" in out.stdout
+    deadline = time.monotonic() + 30
+    while CLUSTER in Group.list_groups() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert CLUSTER not in Group.list_groups()
+    assert cli(ray_session, "members", CLUSTER, check=False).returncode == 1

@@ -1,0 +1,125 @@
+"""The work queue through the Ray ``Group`` API (issue 7 acceptance): seed 001's four tests
+on a real local Ray cluster, one 4-member group for the module (each member its own actor
+process, talking over its own sockets). No wall-clock assertions: every wait is for a
+condition with a generous deadline."""
+import asyncio
+import os
+from collections import Counter
+
+import pytest
+
+pytest_plugins = ["tests.ray_fixtures"]
+
+ray = pytest.importorskip("ray")
+
+from raygroups.actors import Group  # noqa: E402
+from raygroups.actors.queue import WorkQueueHandle  # noqa: E402
+from raygroups.stack.workqueue import AcquireTimeout, NotAcquired  # noqa: E402
+
+WAIT_S = 60.0
+
+
+def _wired() -> bool:
+    from raygroups.actors.member import MemberActor
+    return hasattr(Group, "queue") and hasattr(MemberActor, "queue_publish")
+
+
+pytestmark = pytest.mark.skipif(not _wired(), reason="MemberActor/Group queue wiring missing")
+
+
+@pytest.fixture(scope="module")
+def group(ray_session):
+    g = Group.launch(f"t-queue-{os.getpid()}", members=4, timeout=WAIT_S,
+                     metrics_interval_s=0)
+    yield g
+    g.shutdown()
+
+
+def test_public_api_shape(group):
+    q = Group.attach(group.cluster).queue("api", alternate="api.dead")
+    assert isinstance(q, WorkQueueHandle)
+    q.publish(b"job-17")
+    d = q.acquire(timeout_s=5)
+    assert d.body == b"job-17" and not d.redelivered
+    d.accept()
+    with pytest.raises(AcquireTimeout):
+        q.acquire(timeout_s=0.3)
+
+
+def test_four_senders_four_receivers(group):
+    """4 senders publishing numbered messages, 4 receivers on different members: the
+    received set equals the sent set, without duplicates."""
+    names = group.member_names()
+    assert len(names) == 4
+    handles = [group.queue("numbers", member=n) for n in names]
+    per_sender = 300
+
+    async def main():
+        received = []
+
+        async def sender(i, q):
+            bodies = [f"{i}:{k}".encode() for k in range(per_sender)]
+            await q.publish_async(bodies[0])
+            for k in range(1, per_sender, 50):
+                await q.publish_many_async(bodies[k:k + 50])
+
+        async def receiver(q):
+            while len(received) < 4 * per_sender:
+                got = await q.acquire_many_async(50, timeout_s=0.5)
+                received.extend(d.body for d in got)
+                if got:
+                    await q.settle_many_async("accept", got)
+
+        await asyncio.wait_for(asyncio.gather(*[sender(i, q) for i, q in enumerate(handles)],
+                                              *[receiver(q) for q in handles]), 180)
+        return received
+
+    received = asyncio.run(main())
+    assert not [b for b, n in Counter(received).items() if n > 1]
+    assert set(received) == {f"{i}:{k}".encode() for i in range(4) for k in range(per_sender)}
+    assert all(h.depth() == 0 for h in handles)
+
+
+def test_release_then_dequeue_on_any_member(group):
+    names = group.member_names()
+    q0 = group.queue("rel", member=names[0])
+    for other in names[1:]:
+        q0.publish(b"again-" + other.encode())
+        d = q0.acquire(timeout_s=10)
+        d.release()
+        again = q0.on(other).acquire(timeout_s=20)
+        assert again.id == d.id and again.redelivered and again.member == other
+        again.accept()
+        with pytest.raises(NotAcquired):
+            d.accept()
+
+
+def test_reject_goes_to_the_alternate_once(group):
+    names = group.member_names()
+    q = group.queue("orders", alternate="orders.dead", member=names[1])
+    dead = group.queue("orders.dead", member=names[2])
+    q.publish(b"bad-order")
+    d = q.acquire(timeout_s=10)
+    d.reject()
+    with pytest.raises(NotAcquired):
+        d.reject()
+    got = dead.acquire(timeout_s=10)
+    assert got.id == d.id and got.body == b"bad-order"
+    got.accept()
+    with pytest.raises(AcquireTimeout):
+        dead.acquire(timeout_s=0.5)
+    assert all(q.on(n).info().get("rejected") == 1 for n in names)
+
+
+def test_acquire_then_kill_member_then_dequeue_elsewhere(group):
+    """Last: the member's process dies (Ray restarts it; it rejoins with a fresh UUID and
+    gets the queues through state transfer)."""
+    names = group.member_names()
+    victim, other = names[3], names[0]
+    q = group.queue("crash", member=victim)
+    q.publish(b"precious")
+    d = q.acquire(timeout_s=10)
+    group.crash(victim)
+    again = q.on(other).acquire(timeout_s=WAIT_S)
+    assert again.id == d.id and again.body == b"precious" and again.redelivered
+    again.accept()

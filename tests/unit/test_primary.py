@@ -1,0 +1,295 @@
+"""PRIMARY in a sandwich: the state exchange after every view (STATE from every member before
+the view goes up), quorum rules, primary ids, interrupted rounds, attributes, NotPrimary."""
+import pytest
+
+from raygroups.stack.errors import NotPrimary
+from raygroups.stack.events import GetPhysical, Writable
+from raygroups.stack.message import INTERNAL, Message
+from raygroups.stack.primary import (IN_PROGRESS, ONLINE, STATE, CollectExchange,
+                                     ExchangeResult, MemberAttributes, Primary, PrimaryConfig,
+                                     SetStatus)
+from raygroups.stack.view import View, ViewChange, ViewId
+
+from .sandwich import Sandwich
+
+PHYS = ("10.0.0.1", 7800)
+
+
+def make(**cfg):
+    s = Sandwich(Primary(PrimaryConfig(**cfg)), answers={GetPhysical: PHYS})
+    s.b, s.c, s.d, s.e = (s.addr(n) for n in "BCDE")
+    s.counter = 0
+    s.current = None
+    return s
+
+
+def change(s, *members, coord=None):
+    """GMS delivers the next view (counter + 1) with these members."""
+    s.counter += 1
+    view = View(ViewId(coord or members[0], s.counter), members)
+    prev, s.current = s.current, view
+    s.up_event(ViewChange(view, prev))
+    return view
+
+
+def vid(view):
+    return [view.view_id.coord.uid, view.view_id.id]
+
+
+def state(sender, view, pid=0, members=(), attrs=None, extra=None):
+    return Message(None, b"", INTERNAL,
+                   {9: [STATE, vid(view), pid, [m.uid for m in members],
+                        attrs if attrs is not None else {"status": ONLINE}, extra or {}]}, sender)
+
+
+def exchange(s, view, pids=None, members=None, extra=None):
+    """Every member's STATE (``pids``/``members``/``extra`` by member)."""
+    pids, members, extra = pids or {}, members or {}, extra or {}
+    s.up(*[state(m, view, pids.get(m, 0), members.get(m, ()), extra=extra.get(m))
+           for m in view.members])
+
+
+def delivered_views(s):
+    return [e.view for e in s.above.events_of(ViewChange)]
+
+
+def writable(s):
+    return [e.writable for e in s.above.events_of(Writable)]
+
+
+def test_the_view_is_held_until_every_members_state_arrived():
+    s = make()
+    v = change(s, s.local, s.b, s.c)
+    [st] = s.below.take()
+    assert st.dest is None and st.flags == INTERNAL
+    assert st.headers[9] == [STATE, vid(v), 0, [],
+                             {"address": PHYS[0], "port": PHYS[1], "status": ONLINE}, {}]
+    assert delivered_views(s) == [] and writable(s) == [False]
+    s.up(state(s.local, v), state(s.b, v))
+    app = Message(None, b"early", 0, {}, s.b)  # B finished its round first and sends
+    s.up(app)
+    assert delivered_views(s) == [] and s.above.messages == []
+    s.up(state(s.c, v))
+    [got] = delivered_views(s)
+    assert got.members == v.members and got.primary and got.primary_id == 1
+    assert writable(s) == [False, True]
+    assert [m.payload for m in s.above.messages] == [b"early"]  # after the view
+    kinds = [type(e) for e in s.above.events]
+    assert kinds.index(ExchangeResult) < kinds.index(ViewChange)
+
+
+def test_messages_around_a_state_in_one_batch_keep_their_order():
+    s = make()
+    v = change(s, s.local, s.b)
+    s.up(state(s.local, v))
+    before, after = Message(None, b"1", 0, {}, s.b), Message(None, b"2", 0, {}, s.b)
+    s.up(before, state(s.b, v), after)
+    assert [m.payload for m in s.above.messages] == [b"1", b"2"]
+    assert s.above.batches == [[before], [after]]
+
+
+def test_first_formation_needs_a_majority_of_expected_size():
+    s = make(expected_size=5)
+    v = change(s, s.local, s.b)
+    exchange(s, v)
+    assert delivered_views(s)[-1].primary is False and delivered_views(s)[-1].primary_id == 0
+    v = change(s, s.local, s.b, s.c)
+    exchange(s, v)
+    assert delivered_views(s)[-1].primary is True and delivered_views(s)[-1].primary_id == 1
+    assert s.layer.last_members == [m.uid for m in v.members]
+
+
+def test_a_lone_founder_is_primary_with_the_default_expected_size():
+    s = make()
+    v = change(s, s.local)
+    s.up(state(s.local, v))
+    assert delivered_views(s)[-1].primary and delivered_views(s)[-1].primary_id == 1
+
+
+@pytest.mark.parametrize("present,primary", [(2, False), (3, True), (5, True)])
+def test_quorum_is_a_strict_majority_of_the_last_primary_views_members(present, primary):
+    s = make(expected_size=100)
+    last = [s.local, s.b, s.c, s.d, s.e]
+    x = s.addr("X")  # a newcomer does not count towards the quorum
+    v = change(s, *last[:present], x)
+    exchange(s, v, pids={m: 4 for m in last}, members={m: last for m in last})
+    got = delivered_views(s)[-1]
+    assert got.primary is primary and got.primary_id == (5 if primary else 0)
+
+
+def test_an_even_split_is_not_quorate():
+    s = make()
+    last = [s.local, s.b, s.c, s.d]
+    v = change(s, s.local, s.b)
+    exchange(s, v, pids={s.local: 2, s.b: 2}, members={s.local: last, s.b: last})
+    assert delivered_views(s)[-1].primary is False
+    with pytest.raises(NotPrimary):
+        s.down(Message(None, b"x"))
+
+
+def test_the_highest_primary_id_decides_and_the_last_primary_is_remembered():
+    s = make(expected_size=100)
+    old, newer = [s.b, s.c, s.d], [s.local, s.b, s.c]
+    v = change(s, s.local, s.b, s.c)
+    exchange(s, v, pids={s.local: 3, s.b: 7, s.c: 3},
+             members={s.local: old, s.b: newer, s.c: old})
+    got = delivered_views(s)[-1]
+    assert got.primary and got.primary_id == 8
+    assert s.layer.last_pid == 8 and s.layer.last_members == [m.uid for m in v.members]
+    # our next STATE carries it
+    v2 = change(s, s.local, s.b)
+    assert s.below.sent[-1].headers[9][1:4] == [vid(v2), 8, [m.uid for m in v.members]]
+
+
+def test_a_non_primary_view_does_not_change_the_last_primary():
+    s = make()
+    v = change(s, s.local, s.b, s.c)
+    exchange(s, v)
+    assert s.layer.last_pid == 1
+    v2 = change(s, s.local)  # 1 of 3
+    s.up(state(s.local, v2, 1, v.members))
+    assert delivered_views(s)[-1].primary is False and s.layer.last_pid == 1
+    assert s.layer.last_members == [m.uid for m in v.members]
+
+
+def test_an_interrupted_round_delivers_the_old_view_as_non_primary_with_what_it_held():
+    s = make()
+    v1 = change(s, s.local, s.b, s.c)
+    s.up(state(s.local, v1), state(s.b, v1))
+    held = Message(None, b"held", 0, {}, s.b)
+    s.up(held)
+    v2 = change(s, s.local, s.b)  # C crashed before its STATE
+    assert s.layer.stats["rounds_interrupted"] == 1
+    [first] = delivered_views(s)
+    assert first.view_id == v1.view_id and first.primary is False and first.primary_id == 0
+    assert s.above.messages == [held]
+    ev = s.above.events_of(ViewChange)[0]
+    assert ev.previous is None
+    s.up(state(s.c, v1))  # C's late STATE of the old round
+    assert s.layer.stats["stale_states"] == 1
+    exchange(s, v2)
+    assert [v.view_id for v in delivered_views(s)] == [v1.view_id, v2.view_id]
+    assert delivered_views(s)[-1].primary
+    assert s.above.events_of(ViewChange)[-1].previous == v1
+
+
+def test_stale_and_foreign_states_are_counted_and_ignored():
+    s = make()
+    v = change(s, s.local, s.b)
+    other = View(ViewId(s.b, 99), (s.b, s.local))
+    s.up(state(s.b, other), state(s.c, v), state(s.local, v), state(s.local, v))
+    assert s.layer.stats["stale_states"] == 3  # another view, not a member, a duplicate
+    assert delivered_views(s) == []
+    s.up(state(s.b, v))
+    assert len(delivered_views(s)) == 1
+    s.up(state(s.b, v))  # no round any more
+    assert s.layer.stats["stale_states"] == 4
+
+
+def test_a_view_without_us_is_delivered_at_once_as_non_primary():
+    s = make()
+    v = change(s, s.local, s.b)
+    exchange(s, v)
+    s.below.take()
+    v2 = change(s, s.b, s.c)
+    assert s.below.sent == []  # no STATE: nothing to agree on
+    assert delivered_views(s)[-1].view_id == v2.view_id
+    assert delivered_views(s)[-1].primary is False and s.layer.round is None
+
+
+def test_attributes_come_from_the_states_the_same_on_every_member():
+    s = make(attributes={"zone": "eu"})
+    v = change(s, s.local, s.b, s.c)
+    [st] = s.below.take()
+    assert st.headers[9][4] == {"address": PHYS[0], "port": PHYS[1], "status": ONLINE,
+                                "zone": "eu"}
+    last = [s.local, s.b]
+    s.up(Message(None, b"", INTERNAL, {9: [STATE, vid(v), 2, [m.uid for m in last],
+                                           {"status": ONLINE, "zone": "eu"}, {}]}, s.local),
+         Message(None, b"", INTERNAL, {9: [STATE, vid(v), 2, [m.uid for m in last],
+                                           {"status": ONLINE, "zone": "us"}, {}]}, s.b),
+         Message(None, b"", INTERNAL, {9: [STATE, vid(v), 0, [],
+                                           {"status": IN_PROGRESS}, {}]}, s.c))
+    attrs = s.down_event(MemberAttributes())
+    assert attrs == {
+        s.local: {"status": ONLINE, "zone": "eu", "primary_id": 2, "joiner": False},
+        s.b: {"status": ONLINE, "zone": "us", "primary_id": 2, "joiner": False},
+        s.c: {"status": IN_PROGRESS, "primary_id": 0, "joiner": True}}
+    attrs[s.b] = None  # a copy
+    assert s.down_event(MemberAttributes())[s.b]["zone"] == "us"
+
+
+def test_set_status_is_announced_in_the_next_exchange():
+    s = make()
+    assert s.down_event(SetStatus(IN_PROGRESS)) is None
+    change(s, s.local)
+    assert s.below.sent[-1].headers[9][4]["status"] == IN_PROGRESS
+
+
+def test_collect_exchange_gathers_the_layers_above_and_exchange_result_returns_them():
+    s = make()
+    s.above.answers[CollectExchange] = lambda ev: {**ev.data, "seq": [1, 2]}
+    v = change(s, s.local, s.b)
+    assert s.below.sent[-1].headers[9][5] == {"seq": [1, 2]}
+    exchange(s, v, extra={s.local: {"seq": [1, 2]}, s.b: {"seq": [3]}})
+    [res] = s.above.events_of(ExchangeResult)
+    assert res.data == {s.local: {"seq": [1, 2]}, s.b: {"seq": [3]}}
+
+
+def test_no_exchange_result_without_states():
+    s = make()
+    change(s, s.b, s.c)
+    assert s.above.events_of(ExchangeResult) == []
+
+
+def test_sends_outside_a_primary_component_raise_not_primary_internal_ones_pass():
+    s = make()
+    with pytest.raises(NotPrimary):
+        s.down(Message(None, b"before any view"))
+    v = change(s, s.local, s.b)
+    with pytest.raises(NotPrimary):
+        s.down(Message(None, b"during the exchange"))
+    s.down(Message(None, b"stack", INTERNAL))
+    assert s.below.sent[-1].payload == b"stack"
+    exchange(s, v)
+    s.down(Message(s.b, b"now"))
+    assert s.below.sent[-1].payload == b"now"
+    assert s.layer.stats["primary_views"] == 1
+
+
+def test_other_events_pass_up_and_down():
+    s = make()
+    ev = Writable("nakack", False)
+    s.up_event(ev)
+    assert s.above.events == [ev]
+    assert s.down_event(GetPhysical()) == PHYS
+
+
+@pytest.mark.parametrize("header", [
+    5, [], [STATE], [1, "VID", 0, [], {}, {}], [STATE, "VID", "0", [], {}, {}],
+    [STATE, "VID", True, [], {}, {}], [STATE, "VID", 1.0, [], {}, {}],
+    [STATE, "VID", 0, [], [], {}], [STATE, "VID", 0, [], {}, []], [STATE, "VID", 0, 5, {}, {}],
+    [STATE, "VID", 0, [], {}], {"a": 1},
+], ids=repr)
+def test_malformed_states_are_counted_never_raised(header):
+    s = make()
+    v = change(s, s.local, s.b)
+    h = [vid(v) if x == "VID" else x for x in header] if type(header) is list else header
+    s.up(Message(None, b"", INTERNAL, {9: h}, s.b), state(s.local, v))
+    assert s.layer.stats["malformed_header"] == 1
+    assert delivered_views(s) == []  # B's STATE is still awaited
+    s.up(state(s.b, v))
+    assert delivered_views(s)[-1].primary
+
+
+def test_a_state_with_unusable_primary_members_does_not_lose_the_view():
+    """B's STATE names its last primary's members as lists (garbage from the wire): it is
+    counted as malformed, and the application still sees every view, in order."""
+    s = make()
+    v1 = change(s, s.local, s.b, s.c)
+    s.up(Message(None, b"", INTERNAL, {9: [STATE, vid(v1), 3, [[1], [2]], {}, {}]}, s.b))
+    s.up(state(s.local, v1), state(s.c, v1))
+    assert s.layer.stats["malformed_header"] == 1
+    v2 = change(s, s.local, s.c)
+    exchange(s, v2)
+    assert [v.view_id for v in delivered_views(s)] == [v1.view_id, v2.view_id]
