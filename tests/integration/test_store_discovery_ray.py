@@ -1,4 +1,4 @@
-"""Store discovery on Ray, in one local Ray session shared by the run (tests/ray_session.py):
+"""Store discovery on Ray, in one local Ray session shared by the run (tests/ray_fixtures.py):
 ``ray-kv://`` (Ray's internal KV) with real channels, the DiscoverySupervisor actor as the
 only caller of the store (node affinity, caching, counting), and the BootstrapSupervisor
 generating a bootstrap file from ``ray.nodes()`` and starting members in file order."""
@@ -8,10 +8,7 @@ import socket
 from collections import Counter
 
 import pytest
-
-from ..ray_session import ray_session  # noqa: F401  (first: sets Ray's env before import ray)
-
-import ray  # noqa: E402
+import ray
 
 import raygroups.actors  # noqa: F401  (registers ray-kv://)
 from raygroups.actors.kv_store import RayKVStore
@@ -21,6 +18,7 @@ from raygroups.stack import Channel, StackConfig
 from raygroups.stack.discovery import MembersFile, StoreConflict
 from raygroups.stack.discovery.members_file import file_name
 
+pytest_plugins = ["tests.ray_fixtures"]  # the one Ray session of the run
 pytestmark = pytest.mark.usefixtures("ray_session")
 _ids = itertools.count()
 

@@ -606,7 +606,8 @@ def test_the_coordinator_notes_other_coordinators_and_stuck_members_as_merge_can
     s = coordinator()
     x = s.addr("X")
     s.gms.up_event(MergeInfo(x, x, 9, True))
-    s.gms.up_event(MergeInfo(s.b, x, 9, False))  # B, of our view, stuck in X's view
+    s.gms.up_event(MergeInfo(s.b, s.local, 1, False))  # B, of our view, stuck in an older one
+    s.gms.up_event(MergeInfo(s.c, x, 9, False))  # C in a newer view: we are the stale one
     s.gms.up_event(MergeInfo(s.local, s.local, 9, True))  # our own INFO
     assert s.gms.merger.sightings == {x: [1, True], s.b: [1, False]}
 
