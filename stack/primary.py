@@ -147,7 +147,10 @@ class Primary(Layer):
             else:
                 present = sum(1 for m in view.members if m.uid in set(last))
                 quorate = 2 * present > len(last)
-            pid = max_pid + 1 if quorate else 0
+            # max + 1 (seed 002), but never below the view's own counter: a member whose
+            # round for an earlier view was interrupted may not know that view became
+            # primary elsewhere, and view counters only grow along a primary lineage
+            pid = max(max_pid + 1, view.view_id.id) if quorate else 0
             self.attrs = {a: dict(s[2], primary_id=s[0], joiner=s[0] < max_pid)
                           for a, s in states.items()}
         if states:
