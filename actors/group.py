@@ -523,6 +523,15 @@ class Group:
         return await self._acall("receive", max_messages, timeout, member=member,
                                  timeout=timeout + CALL_TIMEOUT_S)
 
+    # -- work queues (issue 7) ---------------------------------------------------------------
+    def queue(self, name: str, alternate: Optional[str] = None, member: Optional[str] = None,
+              **limits: Any):
+        """The replicated work queue ``name`` (created with its ``alternate`` if new): a
+        ``WorkQueueHandle`` (actors/queue.py). ``member``: use that member (its consumers);
+        None: the handle's current member."""
+        from .queue import WorkQueueHandle
+        return WorkQueueHandle(self, name, alternate, member, **limits)
+
     # -- the subscription -------------------------------------------------------------------
     def view_events(self, after=None, timeout: Optional[float] = None,
                     poll_s: float = 10.0) -> Iterator[dict]:

@@ -37,6 +37,7 @@ from . import logs
 from .errors import NotMember
 from .metrics import MetricsExporter, dropped, figures
 from .placement import NAMESPACE, actor_name
+from .queue import QueueHost, QueueMethods
 from .watcher import RaySignal, actor_state
 
 SWIM_STATES = {0: "alive", 1: "suspect", 2: "dead"}
@@ -90,7 +91,7 @@ def view_json(view, installed_at: Optional[float] = None, previous=None) -> dict
     return out
 
 
-class MemberActor:
+class MemberActor(QueueMethods):
     def __init__(self, spec: MemberSpec):
         self.spec = spec
         ctx = ray.get_runtime_context()
@@ -102,6 +103,7 @@ class MemberActor:
         self.state = "starting"
         self.error: Optional[str] = None
         self.channel: Optional[Channel] = None
+        self.queue_host = QueueHost(spec.name, spec.extra.get("workqueue"))  # issue 7
         self.history: collections.deque = collections.deque(maxlen=spec.history)
         self.views_installed = 0
         self.inbox: collections.deque = collections.deque()
@@ -189,6 +191,7 @@ class MemberActor:
             self._pump.cancel()
             self._pump = None
         ch = Channel(spec.cluster, spec.name, spec.config, **kw)
+        self.queue_host.attach(ch)  # the work queues ride on each new channel (issue 7)
         await ch.connect(timeout=spec.join_timeout_s)
         self.channel = ch
         self.error = None

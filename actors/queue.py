@@ -190,8 +190,12 @@ class QueueHost:
     """The work queue service of one member actor, across its channels (a rejoin makes a
     new channel, hence a new service)."""
 
-    def __init__(self, member_name: str, config: Optional[WorkQueueConfig] = None):
+    def __init__(self, member_name: str, config: Any = None):
+        """``config``: a WorkQueueConfig, or a dict of its fields (from the member's spec:
+        ``MemberSpec.extra["workqueue"]``), or None for the defaults."""
         self.member_name = member_name
+        if isinstance(config, dict):
+            config = WorkQueueConfig(**config)
         self.config = config or WorkQueueConfig()
         self.service = None
         self.held: dict = {}    # (queue, token) -> runtime Delivery handed to a client
@@ -213,7 +217,12 @@ class QueueHost:
 
     async def declare(self, name: str, alternate: Optional[str] = None,
                       max_depth: Optional[int] = None, max_bytes: Optional[int] = None) -> dict:
-        await self._svc().wait_active(30.0)
+        from raygroups.stack.workqueue import QueueNotPrimary
+        try:
+            await self._svc().wait_active(30.0)
+        except asyncio.TimeoutError:
+            raise QueueNotPrimary(f"{self.member_name}: the work queues are not active "
+                                  f"(not in a primary component)") from None
         q = await self._svc().queue(name, alternate, max_depth, max_bytes)
         return q.info()
 

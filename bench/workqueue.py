@@ -39,6 +39,7 @@ import time
 
 STAMP = struct.Struct("!dI")
 MEMBERS = 3
+STACK_OPTS: dict = {}
 
 
 def free_ports(n: int) -> list:
@@ -69,22 +70,22 @@ def pct(xs: list, p: float) -> float:
 # ==========================================================================================
 def rg_member(i: int, ports: list, cluster: str, queues: list, count: int, paced: int,
               rate: float, size: int, batch: int, window: int, uvloop: bool,
-              accepted, barrier, out) -> None:
+              accepted, barrier, out, stack_opts: dict) -> None:
     if uvloop:
         import uvloop as uv
         uv.install()
     asyncio.run(_rg_member(i, ports, cluster, queues, count, paced, rate, size, batch, window,
-                           accepted, barrier, out))
+                           accepted, barrier, out, stack_opts))
 
 
 async def _rg_member(i, ports, cluster, queues, count, paced, rate, size, batch, window,
-                     accepted, barrier, out) -> None:
+                     accepted, barrier, out, stack_opts) -> None:
     from raygroups.stack import StackConfig
     from raygroups.stack.runtime.workqueue import QueueChannel
     from raygroups.stack.workqueue import WorkQueueConfig
     cfg = StackConfig.local(transport__ip_multicast=False, port=ports[i],
                             initial_hosts=[("127.0.0.1", p) for p in ports],
-                            primary__expected_size=len(ports))
+                            primary__expected_size=len(ports), **stack_opts)
     ch = QueueChannel(cluster, name=f"m{i}", config=cfg, queue_config=WorkQueueConfig())
     await ch.connect(timeout=30)
     while ch.view is None or len(ch.view) < len(ports):
@@ -114,11 +115,16 @@ async def _rg_member(i, ports, cluster, queues, count, paced, rate, size, batch,
             t.add_done_callback(lambda _t: sem.release())
             tasks.append(t)
         await asyncio.gather(*tasks)
-        # latency: paced, one at a time, spread over the run
+        # latency: paced, one at a time, once the throughput run is drained (else the
+        # samples would measure the backlog ahead of them)
+        while accepted.value < count:
+            await asyncio.sleep(0.005)
         gap = len(ch.view) / rate
         for n, k in enumerate(my_paced):
             await asyncio.sleep(gap)
-            await qs[n % len(qs)].publish(STAMP.pack(time.monotonic(), k) + pad)
+            t0 = time.monotonic()
+            await qs[n % len(qs)].publish(STAMP.pack(t0, k) + pad)
+            res.setdefault("pub_lat", []).append(time.monotonic() - t0)
 
     async def consumer(q) -> None:
         # acquire the next batch while the last ones are being accepted (a few in flight)
@@ -129,10 +135,13 @@ async def _rg_member(i, ports, cluster, queues, count, paced, rate, size, batch,
                 await q.settle_many("accept", got)
             finally:
                 sem.release()
-            res["last_accept"] = time.monotonic()
+            now = time.monotonic()
+            res["last_accept"] = now
             res["accepted"] += len(got)
             with accepted.get_lock():
                 accepted.value += len(got)
+                if accepted.value >= count and res.get("bulk_done") is None:
+                    res["bulk_done"] = now  # the throughput run is over (first to see it)
                 if accepted.value >= total:
                     done.set()
 
@@ -180,7 +189,8 @@ def run_raygroups(mode: str, count: int, paced: int, rate: float, size: int, bat
     cluster = f"bench-queue-{os.getpid()}-{ports[0]}"
     procs = [ctx.Process(target=rg_member, args=(i, ports, cluster, queues, count, paced, rate,
                                                  size, batch, window, uvloop, accepted,
-                                                 barrier, out)) for i in range(MEMBERS)]
+                                                 barrier, out, STACK_OPTS))
+             for i in range(MEMBERS)]
     for p in procs:
         p.start()
         time.sleep(0.2)
@@ -195,14 +205,18 @@ def run_raygroups(mode: str, count: int, paced: int, rate: float, size: int, bat
             if p.is_alive():
                 p.kill()
     first = min(r["first_pub"] for r in results.values())
-    last = max(r["last_accept"] for r in results.values())
+    last = min(r["bulk_done"] for r in results.values() if r.get("bulk_done"))
     lat = [x for r in results.values() for x in r["lat"]]
     slices = sum(r["stats"].get("time_slices", 0) for r in results.values())
     per_member = [r["accepted"] for _, r in sorted(results.items())]
     if os.environ.get("BENCH_DEBUG"):
         for i, r in sorted(results.items()):
-            print(f"  m{i}: {r['stats']}\n      {r.get('stack')}")
-    return {"msgs": count + paced, "secs": last - first, "rate": (count + paced) / (last - first),
+            pl = r.get("pub_lat", [])
+            print(f"  m{i}: {r['stats']}\n      {r.get('stack')}\n      paced publish "
+                  f"p50 {pct(pl, 50) * 1e3:.2f} p99 {pct(pl, 99) * 1e3:.2f} max "
+                  f"{max(pl or [0]) * 1e3:.1f} ms; acquire latency max "
+                  f"{max(r['lat'] or [0]) * 1e3:.1f}")
+    return {"msgs": count, "secs": last - first, "rate": count / (last - first),
             "p50": pct(lat, 50) * 1e3, "p99": pct(lat, 99) * 1e3, "owner_moves": slices,
             "per_member": per_member}
 
@@ -298,12 +312,14 @@ class RabbitCluster:
 
 
 def rabbit_publisher(port: int, queues: list, keys: list, size: int, window: int,
-                     paced: list, rate: float, barrier, out) -> None:
+                     paced: list, rate: float, count: int, accepted, barrier, out) -> None:
     import pika
     pad = b"x" * max(0, size - STAMP.size)
     conn = pika.SelectConnection(pika.ConnectionParameters("127.0.0.1", port),
                                  on_open_callback=lambda c: c.channel(on_open_callback=opened))
-    st = {"next": 0, "acked": 0, "outstanding": 0, "tag": 0, "first": None, "paced": 0}
+    # confirms may come out of order (one Raft group per queue): track tags, not counts
+    st = {"next": 0, "tag": 0, "pending": set(), "first": None, "paced": 0, "timer": False,
+          "nacked": 0}
     total = len(keys) + len(paced)
 
     def opened(ch) -> None:
@@ -314,36 +330,44 @@ def rabbit_publisher(port: int, queues: list, keys: list, size: int, window: int
         pump()
 
     def publish(k: int) -> None:
-        ch = st["ch"]
-        ch.basic_publish("", queues[k % len(queues)], STAMP.pack(time.monotonic(), k) + pad,
-                         pika.BasicProperties(delivery_mode=2))
+        st["ch"].basic_publish("", queues[k % len(queues)],
+                               STAMP.pack(time.monotonic(), k) + pad,
+                               pika.BasicProperties(delivery_mode=2))
         st["tag"] += 1
-        st["outstanding"] += 1
+        st["pending"].add(st["tag"])
 
     def pump() -> None:
-        while st["next"] < len(keys) and st["outstanding"] < window:
+        st["timer"] = False
+        while st["next"] < len(keys) and len(st["pending"]) < window:
             publish(keys[st["next"]])
             st["next"] += 1
-        if st["next"] >= len(keys) and st["outstanding"] == 0 and st["paced"] < len(paced):
-            publish(paced[st["paced"]])
+        if st["next"] >= len(keys) and not st["pending"] and st["paced"] < len(paced):
+            if accepted.value < count:  # latency samples once the backlog is drained
+                st["timer"] = True
+                conn.ioloop.call_later(0.005, pump)
+                return
+            publish(paced[st["paced"]])  # latency samples: one at a time, paced
             st["paced"] += 1
 
     def on_confirm(frame) -> None:
         m = frame.method
+        if type(m).__name__ == "Nack":
+            st["nacked"] += 1
+        pending = st["pending"]
         if m.multiple:
-            n = m.delivery_tag - st["acked"]
+            for t in [t for t in pending if t <= m.delivery_tag]:
+                pending.discard(t)
         else:
-            n = 1
-        st["acked"] = max(st["acked"], m.delivery_tag) if m.multiple else st["acked"] + 1
-        st["outstanding"] -= n
+            pending.discard(m.delivery_tag)
+        if st["tag"] - len(pending) >= total:
+            out.put(("pub", st["first"], st["nacked"]))
+            conn.close()
+            return
         if st["next"] >= len(keys):
-            if st["acked"] >= total:
-                out.put(("pub", st["first"]))
-                conn.close()
-                return
-            if st["paced"] < len(paced):
+            if not pending and not st["timer"]:
+                st["timer"] = True
                 conn.ioloop.call_later(MEMBERS / rate, pump)
-                return
+            return
         pump()
 
     conn.ioloop.start()
@@ -373,10 +397,12 @@ def rabbit_consumer(port: int, queues: list, count: int, total: int, prefetch: i
         st["n"] += 1
         with accepted.get_lock():
             accepted.value += 1
+            if accepted.value >= count and st.get("bulk_done") is None:
+                st["bulk_done"] = st["last"]
 
     def check() -> None:
         if accepted.value >= total:
-            out.put(("con", st["last"], st["lat"], st["n"]))
+            out.put(("con", st.get("bulk_done"), st["lat"], st["n"]))
             conn.close()
             return
         conn.ioloop.call_later(0.02, check)
@@ -390,11 +416,13 @@ def run_rabbit(cluster: RabbitCluster, mode: str, count: int, paced: int, rate: 
     queues = ["q0"] if mode == "active-passive" else ["q0", "q1", "q2", "q3"]
     tag = f"{mode}-{time.monotonic_ns()}"
     queues = [f"{q}-{tag}" for q in queues]
-    c = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", cluster.amqp[0]))
-    ch = c.channel()
-    for q in queues:
-        ch.queue_declare(q, durable=True, arguments={"x-queue-type": "quorum"})
-    c.close()
+    for j, q in enumerate(queues):
+        # declared on node j: its Raft leader starts there (client-local), so the leaders
+        # of the active-active queues are spread over the nodes
+        c = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1",
+                                                              cluster.amqp[j % cluster.n]))
+        c.channel().queue_declare(q, durable=True, arguments={"x-queue-type": "quorum"})
+        c.close()
     ctx = mp.get_context("spawn")
     accepted, barrier, out = ctx.Value("q", 0), ctx.Barrier(2 * MEMBERS), ctx.Queue()
     total = count + paced
@@ -404,7 +432,7 @@ def run_rabbit(cluster: RabbitCluster, mode: str, count: int, paced: int, rate: 
         pk = [k for k in range(count, total) if k % MEMBERS == i]
         procs.append(ctx.Process(target=rabbit_publisher,
                                  args=(cluster.amqp[i], queues, keys, size, window, pk, rate,
-                                       barrier, out)))
+                                       count, accepted, barrier, out)))
         procs.append(ctx.Process(target=rabbit_consumer,
                                  args=(cluster.amqp[i], queues, count, total, prefetch,
                                        accepted, barrier, out)))
@@ -417,15 +445,16 @@ def run_rabbit(cluster: RabbitCluster, mode: str, count: int, paced: int, rate: 
             if r[0] == "pub":
                 firsts.append(r[1])
             else:
-                lasts.append(r[1])
+                if r[1] is not None:
+                    lasts.append(r[1])
                 lat.extend(r[2])
     finally:
         for p in procs:
             p.join(timeout=20)
             if p.is_alive():
                 p.kill()
-    secs = max(lasts) - min(firsts)
-    return {"msgs": total, "secs": secs, "rate": total / secs, "p50": pct(lat, 50) * 1e3,
+    secs = min(lasts) - min(firsts)
+    return {"msgs": count, "secs": secs, "rate": count / secs, "p50": pct(lat, 50) * 1e3,
             "p99": pct(lat, 99) * 1e3}
 
 
@@ -451,9 +480,15 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=8, help="publish batches in flight")
     ap.add_argument("--prefetch", type=int, default=500, help="RabbitMQ consumer prefetch")
     ap.add_argument("--uvloop", action="store_true")
+    ap.add_argument("--stack", action="append", default=[], metavar="LAYER__FIELD=VALUE",
+                    help="a stack option for the raygroups members, e.g. "
+                         "sequencer__resend_interval_s=0.02")
     ap.add_argument("--no-rabbit", action="store_true")
     ap.add_argument("--rabbit-only", action="store_true", help="only the RabbitMQ rows")
     a = ap.parse_args()
+    for opt in a.stack:
+        k, _, v = opt.partition("=")
+        STACK_OPTS[k] = eval(v, {})  # numbers, strings, tuples
     if a.quick:
         a.count, a.paced = 6_000, 200
     print(f"work queue, {MEMBERS} members on loopback, {a.size} B messages, "

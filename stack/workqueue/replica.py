@@ -46,7 +46,7 @@ from .codec import (ACQUIRE, APPLIED, BATCH, CANCEL, CONSUME, CREATE, DEQUEUE, E
 from .config import ACK_LOCAL, WorkQueueConfig
 from .errors import (NoSuchQueue, NotAcquired, QueueClosed, QueueError, QueueFull,
                      QueueNotPrimary, QueueOutcomeUnknown, StaleEpoch)
-from .state import (FULL, MALFORMED, NO_QUEUE, NOT_ACQUIRED, NOT_OWNER, OK, RETRY,
+from .state import (FULL, NO_QUEUE, NOT_ACQUIRED, NOT_OWNER, OK, RETRY,
                     STALE_EPOCH, TOO_LARGE, QueueState)
 
 
@@ -412,6 +412,7 @@ class Replica:
                     self._internal_result(r, code)
                 else:
                     self._result(r, code, data, pos)
+            self._check_durable()
         if s.touched:
             touched, s.touched = s.touched, set()
             for name in touched:
@@ -437,8 +438,7 @@ class Replica:
         if self.config.ack == ACK_LOCAL:
             self._finish(req)
         else:
-            self.undurable.append((pos, "req", req))
-            self._check_durable()
+            self.undurable.append((pos, "req", req))  # _apply checks once per batch
 
     def _internal_result(self, r: tuple, code: int) -> None:
         _, name, op, _args = r
@@ -472,8 +472,7 @@ class Replica:
             self._hand_out(req.queue, ds)
         else:
             lq.undurable += len(ds)
-            self.undurable.append((pos, "acq", (req.queue, ds)))
-            self._check_durable()
+            self.undurable.append((pos, "acq", (req.queue, ds)))  # _apply checks
 
     def _hand_out(self, name: str, ds: list) -> None:
         """Durable acquisitions to the waiting consumers, first come first served; what
@@ -670,6 +669,8 @@ class Replica:
         self.reported = None
         self.report_to, self.report_all = set(), True
         s = self.state
+        keep = set(s.members)
+        self.acks = {m: a for m, a in self.acks.items() if m in keep}  # bounded
         # what was applied in the previous epoch and not confirmed yet
         u, self.undurable = self.undurable, collections.deque()
         for _pos, kind, x in u:

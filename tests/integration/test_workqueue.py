@@ -255,3 +255,37 @@ def test_stale_consumer_cannot_complete_after_a_partition():
         finally:
             await stop(chans)
     asyncio.run(main())
+
+
+def test_large_messages_and_limits():
+    """A body far larger than a datagram goes through FRAG (ordered, reassembled) and comes
+    out intact on another member; a queue at its depth or bytes limit refuses a publish
+    with QueueFull, and MessageTooLarge is raised before anything is sent."""
+    from raygroups.stack.errors import MessageTooLarge
+    from raygroups.stack.workqueue import QueueFull
+
+    async def main():
+        _, _, chans = await start(3)
+        try:
+            big = bytes(range(256)) * (3 * 1024 * 1024 // 256)  # 3 MiB
+            q0 = await chans[0].queue("big")
+            await q0.publish(big)
+            d = await (await chans[2].queue("big")).acquire(timeout=20)
+            assert d.body == big
+            await d.accept()
+            small = await chans[1].queue("small", max_depth=2, max_bytes=10_000)
+            await small.publish(b"1")
+            await small.publish(b"2")
+            with pytest.raises(QueueFull):
+                await small.publish(b"3")
+            d = await small.acquire(timeout=10)
+            await d.accept()
+            await small.publish(b"3")  # room again
+            with pytest.raises(QueueFull):
+                await small.publish(b"x" * 20_000)  # over the bytes limit
+            with pytest.raises(MessageTooLarge):
+                await small.publish(b"x" * (chans[1].queues.config.max_message_size + 1))
+            await until(lambda: len(digests(chans)) == 1, 10)
+        finally:
+            await stop(chans)
+    asyncio.run(main())

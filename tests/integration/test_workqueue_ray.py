@@ -19,14 +19,6 @@ from raygroups.stack.workqueue import AcquireTimeout, NotAcquired  # noqa: E402
 WAIT_S = 60.0
 
 
-def _wired() -> bool:
-    from raygroups.actors.member import MemberActor
-    return hasattr(Group, "queue") and hasattr(MemberActor, "queue_publish")
-
-
-pytestmark = pytest.mark.skipif(not _wired(), reason="MemberActor/Group queue wiring missing")
-
-
 @pytest.fixture(scope="module")
 def group(ray_session):
     g = Group.launch(f"t-queue-{os.getpid()}", members=4, timeout=WAIT_S,
