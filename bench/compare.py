@@ -973,11 +973,15 @@ def run_membership(args, peers: Peers, tmp: str, res: dict) -> None:
                     s.start()
                 a, b = alternate(trials, lambda: rg_detect_trial(g, rng),
                                  (lambda: serf_detect_trial(s, rng)) if s else None, label)
+            except (RuntimeError, TimeoutError, OSError) as e:
+                log(f"  {label}: the groups did not form: {e}")
+                a, b = [{"error": str(e)[:300]}], []
             finally:
                 g.close()
                 if s is not None:
                     s.close()
             slow = lambda rs: [max(r) for r in rs if isinstance(r, list)]  # noqa: E731
+            flat = lambda rs: [x for r in rs if isinstance(r, list) for x in r]  # noqa: E731
             rec = row_record("detection", label, slow(a), slow(b) if s else None,
                              "Serf " + (peers.serf_version or ""), False,
                              TARGETS["detect_p50"],
@@ -985,8 +989,8 @@ def run_membership(args, peers: Peers, tmp: str, res: dict) -> None:
                               "figure": "per trial, the slowest survivor",
                               "p99": {"raygroups": pct(slow(a), 0.99),
                                       "peer": pct(slow(b), 0.99) if s else None},
-                              "per_member_p50": {"raygroups": pct([x for r in a if isinstance(r, list) for x in r], 0.5),
-                                                 "peer": pct([x for r in b if isinstance(r, list) for x in r], 0.5) if s else None},
+                              "per_member_p50": {"raygroups": pct(flat(a), 0.5),
+                                                 "peer": pct(flat(b), 0.5) if s else None},
                               "errors": [r for r in a + b if isinstance(r, dict)]})
             res["rows"].append(rec)
         if "converge" in args.only:
@@ -1005,6 +1009,9 @@ def run_membership(args, peers: Peers, tmp: str, res: dict) -> None:
                     s.wait_full(range(n - 1))
                 a, b = alternate(conv_trials, lambda: rg_converge_trial(g),
                                  (lambda: serf_converge_trial(s)) if s else None, label)
+            except (RuntimeError, TimeoutError, OSError) as e:
+                log(f"  {label}: the groups did not form: {e}")
+                a, b = [{"error": str(e)[:300]}], []
             finally:
                 g.close()
                 if s is not None:

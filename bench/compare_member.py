@@ -18,10 +18,14 @@ lines on stdout, the same measurements as the JGroups program (bench/java/JgBenc
     python bench/compare_member.py member --cluster C --index I --ports ... [--preset lan]
         [--drop-up P] [--membership views|gossip] [--wait-go]
         One member that prints {"event": "view", "members": [...], "t": time.time()} per
-        view. With --wait-go it imports and binds nothing until "go" arrives on stdin (so a
-        join is timed without interpreter start-up). "stats" prints channel.stats().
+        view. With --wait-go it imports everything and builds the channel but opens no
+        socket until "go" arrives on stdin (so a join is timed without interpreter
+        start-up). "stats" prints channel.stats(); "leave" (or EOF) closes the channel.
 
-Every process exits when its stdin closes.
+Every process exits when its stdin closes. For profiling and experiments (tput mode):
+RG_CPROFILE=path (cProfile of the measured part into path.<index>), RG_STATS=1 (print
+channel.stats() and the time spent waiting for writability), RG_GC=t0,t1,t2
+(gc.set_threshold), RG_OPTIONS=layer__field=value,... (extra stack options).
 """
 from __future__ import annotations
 
@@ -116,6 +120,16 @@ async def tput(args) -> None:
 
     prof = _profiler()
     rx = asyncio.create_task(receiver())
+    waited = [0.0, 0]
+    if os.environ.get("RG_STATS"):  # experiments: time spent waiting for writability
+        orig_wait = ch._wait_writable
+
+        async def timed_wait():
+            t = time.perf_counter()
+            await orig_wait()
+            waited[0] += time.perf_counter() - t
+            waited[1] += 1
+        ch._wait_writable = timed_wait
     if args.index == 0:
         await asyncio.sleep(0.5)  # let every member install the full view
         pack = SEQ.pack
@@ -137,7 +151,8 @@ async def tput(args) -> None:
         out(last_recv=state["last"], received=state["got"], cpu_s=round(state["cpu"], 3),
             retransmitted=ch.stats().get("nakack", {}).get("retransmitted", 0))
         if os.environ.get("RG_STATS"):
-            out(stats=ch.stats())
+            out(stats=ch.stats(), waited_s=waited[0], waits=waited[1],
+                blocked=sorted(ch.stack.blocked))
     except asyncio.TimeoutError:
         rx.cancel()
         out(error=f"received {state['got']} of {count} in {args.timeout:.0f} s; "

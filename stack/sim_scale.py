@@ -245,50 +245,8 @@ def simulate(members: int = 100, membership: str = "gossip", seed: int = 1,
     out["wall_per_simulated_s"] = round((run.wall() - w0) / (traffic_rounds * interval), 2)
 
     # 3. rumors -------------------------------------------------------------------------
-    bound = rumor_bound(members)
-    keys, starts = [], {}
-    s0, r0 = counter.mark()
-    t_r0 = sim.now
-    for k in range(rumors):
-        origin = ms[rng.randrange(len(ms))]
-        key = watch.start(origin)
-        keys.append(key)
-        starts[key] = (sim.now, origin.index)
-        sim.run_for(interval)
-    n_live = len(ms)
-
-    def spread() -> bool:
-        return all(len(watch.watched[k]) >= n_live - 1 for k in keys)
-    try:
-        run.until(spread, "rumors reach everyone", step=interval / 4)
-    except TimeoutError:
-        pass
-    t_r1 = sim.now
-    s1, r1 = counter.mark()
-    rounds, missing = [], 0
-    for key in keys:
-        t0, origin = starts[key]
-        got = watch.watched[key]
-        if len(got) < n_live - 1:
-            missing += 1
-            continue
-        last = max(got.values())
-        rounds.append(math.ceil((last - t0) / interval - 1e-9))
-    within = sum(1 for r in rounds if r <= bound)
-    spent = (t_r1 - t_r0) / interval
-    out.update({
-        "rumors": rumors, "rumor_bound_rounds": bound,
-        "rumor_rounds_median": statistics.median(rounds) if rounds else None,
-        "rumor_rounds_max": max(rounds) if rounds else None,
-        "rumor_rounds_hist": {str(r): rounds.count(r) for r in sorted(set(rounds))},
-        "rumors_within_bound": within, "rumors_never_complete": missing,
-        "rumor_share_within_bound": within / rumors,
-        "rumor_sent_per_member_round": round((s1 - s0) / n_live / spent, 2),
-        "rumor_received_per_member_round": round((r1 - r0) / n_live / spent, 2)})
-    say(f"  rumors: {within}/{rumors} within {bound} rounds (median "
-        f"{out['rumor_rounds_median']}, max {out['rumor_rounds_max']}), "
-        f"{run.wall():.1f} s wall")
-    sim.run_for(bound * interval)  # let the last ones die out
+    if rumors:
+        _rumor_phase(sim, ms, run, counter, watch, rng, members, rumors, interval, out, say)
 
     # 4. crash --------------------------------------------------------------------------
     if crash:
@@ -344,6 +302,53 @@ def simulate(members: int = 100, membership: str = "gossip", seed: int = 1,
                 "wall_s": round(run.wall(), 1), "rss_peak_bytes": _peak_rss(),
                 "errors": sum(m.stack.errors for m in ms if m.stack is not None)})
     return out
+
+
+def _rumor_phase(sim, ms, run, counter, watch, rng, members, rumors, interval, out, say):
+    bound = rumor_bound(members)
+    keys, starts = [], {}
+    s0, r0 = counter.mark()
+    t_r0 = sim.now
+    for k in range(rumors):
+        origin = ms[rng.randrange(len(ms))]
+        key = watch.start(origin)
+        keys.append(key)
+        starts[key] = (sim.now, origin.index)
+        sim.run_for(interval)
+    n_live = len(ms)
+
+    def spread() -> bool:
+        return all(len(watch.watched[k]) >= n_live - 1 for k in keys)
+    try:
+        run.until(spread, "rumors reach everyone", step=interval / 4)
+    except TimeoutError:
+        pass
+    t_r1 = sim.now
+    s1, r1 = counter.mark()
+    rounds, missing = [], 0
+    for key in keys:
+        t0, origin = starts[key]
+        got = watch.watched[key]
+        if len(got) < n_live - 1:
+            missing += 1
+            continue
+        last = max(got.values())
+        rounds.append(math.ceil((last - t0) / interval - 1e-9))
+    within = sum(1 for r in rounds if r <= bound)
+    spent = (t_r1 - t_r0) / interval
+    out.update({
+        "rumors": rumors, "rumor_bound_rounds": bound,
+        "rumor_rounds_median": statistics.median(rounds) if rounds else None,
+        "rumor_rounds_max": max(rounds) if rounds else None,
+        "rumor_rounds_hist": {str(r): rounds.count(r) for r in sorted(set(rounds))},
+        "rumors_within_bound": within, "rumors_never_complete": missing,
+        "rumor_share_within_bound": within / rumors,
+        "rumor_sent_per_member_round": round((s1 - s0) / n_live / spent, 2),
+        "rumor_received_per_member_round": round((r1 - r0) / n_live / spent, 2)})
+    say(f"  rumors: {within}/{rumors} within {bound} rounds (median "
+        f"{out['rumor_rounds_median']}, max {out['rumor_rounds_max']}), "
+        f"{run.wall():.1f} s wall")
+    sim.run_for(bound * interval)  # let the last ones die out
 
 
 def _peak_rss() -> int:

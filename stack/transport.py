@@ -163,6 +163,9 @@ class Transport(Layer):
         """Entry point for the runtime: one datagram or frame (``auth_uid``, ``size``: the
         authenticated sender and packet size, from ``_receive_sealed``)."""
         st = self.stats
+        if auth_uid is None and type(data) is bytes and data.startswith(self.bundler.prefix):
+            st["dropped_own"] += 1  # our multicast echoed by the kernel: not even decoded
+            return
         try:
             sender_uid, msgs = wire.decode(data, self.ctx.cluster)
         except wire.DecodeError as e:
