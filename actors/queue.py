@@ -20,6 +20,13 @@ queue service (stack/runtime/workqueue.py) on each new channel before it connect
 member actor that acquired it (the consumer is that member); settling goes back to it. When
 that member crashes, what it held is requeued and another member delivers it.
 
+Consumers that vanish: every acquisition through a handle is leased to the calling process
+(``CLIENT``, one id per process) for ``lease_s`` (default 30 s). While the process holds
+deliveries, a daemon thread renews the lease on each member that holds them every
+``lease_s / 3``; a process that dies (a driver killed, a Spark worker gone) stops renewing,
+and the member releases what that process held once the lease ran out, so another consumer
+gets it (counted as ``lease_released`` in the member's queue info).
+
 Errors are the work queue's own, re-raised unwrapped: QueueNotPrimary (a minority),
 QueueOutcomeUnknown, QueueFull, NoSuchQueue, StaleEpoch, NotAcquired, AcquireTimeout,
 MessageTooLarge.
@@ -27,11 +34,77 @@ MessageTooLarge.
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
+import time
+import uuid
 from typing import Any, Optional
 
 from raygroups.stack.workqueue import AcquireTimeout, WorkQueueConfig
 
 CALL_TIMEOUT_S = 60.0
+LEASE_S = 30.0
+"""Default lease of a process's acquisitions (renewed every third of it while it lives)."""
+LEASE_BOUNDS_S = (0.5, 3600.0)
+"""A member clamps the lease a client asks for to this range."""
+CLIENT = uuid.uuid4().hex
+"""This process's consumer id: its acquisitions live as long as it renews them."""
+
+log = logging.getLogger("raygroups.queue")
+
+
+class _Renewer:
+    """The process's lease keeper: counts the deliveries it holds per (group, member) and,
+    while any are held, renews the lease on those members from a daemon thread."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.held: dict = {}     # (cluster, namespace, member) -> [group, count, lease_s]
+        self.thread: Optional[threading.Thread] = None
+        self.wake = threading.Event()
+
+    def add(self, group: Any, member: str, n: int, lease_s: float) -> None:
+        if n <= 0:
+            return
+        key = (group.cluster, group.namespace, member)
+        with self.lock:
+            entry = self.held.setdefault(key, [group, 0, lease_s])
+            entry[1] += n
+            entry[2] = min(entry[2], lease_s)
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._run, name="raygroups-lease",
+                                               daemon=True)
+                self.thread.start()
+        self.wake.set()
+
+    def done(self, group: Any, member: str, n: int) -> None:
+        key = (group.cluster, group.namespace, member)
+        with self.lock:
+            entry = self.held.get(key)
+            if entry is not None:
+                entry[1] -= n
+                if entry[1] <= 0:
+                    del self.held[key]
+
+    def _run(self) -> None:
+        while True:
+            with self.lock:
+                todo = [(k[2], e[0], e[2]) for k, e in self.held.items()]
+            if not todo:
+                self.wake.wait(5.0)
+                self.wake.clear()
+                continue
+            for member, group, lease_s in todo:
+                try:
+                    group._call("queue_renew", CLIENT, lease_s, member=member,
+                                timeout=max(1.0, lease_s / 3))
+                except Exception as e:  # noqa: BLE001 - the member is gone or slow: its
+                    log.debug("lease renewal at %s failed: %s", member, e)  # deliveries
+            self.wake.wait(min(lease for _m, _g, lease in todo) / 3)  # are requeued anyway
+            self.wake.clear()
+
+
+_RENEWER = _Renewer()
 
 
 # ==========================================================================================
@@ -82,8 +155,12 @@ class WorkQueueHandle:
 
     def __init__(self, group: Any, name: str, alternate: Optional[str] = None,
                  member: Optional[str] = None, max_depth: Optional[int] = None,
-                 max_bytes: Optional[int] = None, create: bool = True):
+                 max_bytes: Optional[int] = None, create: bool = True,
+                 lease_s: float = LEASE_S):
+        """``lease_s``: how long a member keeps this process's acquisitions after its last
+        renewal (renewed automatically while the process lives)."""
         self.group, self.name, self.alternate, self.member = group, name, alternate, member
+        self.lease_s = lease_s
         self._limits = (max_depth, max_bytes)
         if create:
             self.group._call("queue_declare", name, alternate, max_depth, max_bytes,
@@ -94,7 +171,8 @@ class WorkQueueHandle:
 
     def on(self, member: str) -> "WorkQueueHandle":
         """The same queue, used through ``member``."""
-        return WorkQueueHandle(self.group, self.name, self.alternate, member, create=False)
+        return WorkQueueHandle(self.group, self.name, self.alternate, member, create=False,
+                               lease_s=self.lease_s)
 
     # -- publishing -----------------------------------------------------------------------
     def publish(self, body: bytes) -> tuple:
@@ -126,9 +204,10 @@ class WorkQueueHandle:
     def acquire_many(self, n: int, timeout_s: Optional[float] = None,
                      _many: bool = True) -> list:
         """Up to ``n`` messages (at least one unless ``timeout_s`` passed: then [])."""
-        infos = self.group._call("queue_acquire", self.name, n, timeout_s, _many,
-                                 member=self.member, timeout=(timeout_s or 0) + CALL_TIMEOUT_S)
-        return [Delivery(self, i) for i in infos]
+        infos = self.group._call("queue_acquire", self.name, n, timeout_s, _many, CLIENT,
+                                 self.lease_s, member=self.member,
+                                 timeout=(timeout_s or 0) + CALL_TIMEOUT_S)
+        return self._leased(infos)
 
     async def acquire_async(self, timeout_s: Optional[float] = None) -> Delivery:
         got = await self.acquire_many_async(1, timeout_s, _many=False)
@@ -139,9 +218,16 @@ class WorkQueueHandle:
     async def acquire_many_async(self, n: int, timeout_s: Optional[float] = None,
                                  _many: bool = True) -> list:
         infos = await self.group._acall("queue_acquire", self.name, n, timeout_s, _many,
-                                        member=self.member,
+                                        CLIENT, self.lease_s, member=self.member,
                                         timeout=(timeout_s or 0) + CALL_TIMEOUT_S)
-        return [Delivery(self, i) for i in infos]
+        return self._leased(infos)
+
+    def _leased(self, infos: list) -> list:
+        out = [Delivery(self, i) for i in infos]
+        for member in {d.member for d in out}:
+            _RENEWER.add(self.group, member, sum(d.member == member for d in out),
+                         self.lease_s)
+        return out
 
     # -- settling -------------------------------------------------------------------------
     def settle_many(self, op: str, deliveries: list) -> None:
@@ -158,11 +244,17 @@ class WorkQueueHandle:
             out.setdefault((d.member, d.queue), []).append(list(d.token))
         return out
 
+    def _settled(self, member: str, errs: list) -> Optional[BaseException]:
+        """Every token answered (done, or not ours any more) leaves the lease count; the
+        first error, if any."""
+        _RENEWER.done(self.group, member, len(errs))
+        return next((e for e in errs if e is not None), None)
+
     def _settle(self, op: str, deliveries: list) -> None:
         first = None
         for (member, queue), tokens in self._by_member(deliveries).items():
             errs = self.group._call("queue_settle", queue, op, tokens, member=member)
-            first = first or next((e for e in errs if e is not None), None)
+            first = first or self._settled(member, errs)
         if first is not None:
             raise first
 
@@ -170,7 +262,7 @@ class WorkQueueHandle:
         first = None
         for (member, queue), tokens in self._by_member(deliveries).items():
             errs = await self.group._acall("queue_settle", queue, op, tokens, member=member)
-            first = first or next((e for e in errs if e is not None), None)
+            first = first or self._settled(member, errs)
         if first is not None:
             raise first
 
@@ -199,6 +291,10 @@ class QueueHost:
         self.config = config or WorkQueueConfig()
         self.service = None
         self.held: dict = {}    # (queue, token) -> runtime Delivery handed to a client
+        self.holder: dict = {}  # (queue, token) -> the client (process id) that holds it
+        self.leases: dict = {}  # client -> (monotonic deadline, lease_s)
+        self.lease_released = 0
+        self._sweeper: Optional[asyncio.Task] = None
 
     def attach(self, channel: Any) -> None:
         """Before ``channel.connect()``: the work queues ride on this channel."""
@@ -206,7 +302,7 @@ class QueueHost:
         if self.service is not None:
             old = self.service
             asyncio.get_running_loop().create_task(old.close())
-        self.held = {}
+        self.held, self.holder = {}, {}
         self.service = WorkQueues(channel, self.config)
 
     def _svc(self):
@@ -232,8 +328,39 @@ class QueueHost:
         ids = await q.publish_many(bodies)
         return [(pub.hex(), seq) for pub, seq in ids]
 
+    def renew(self, client: str, lease_s: float) -> int:
+        """Extend ``client``'s lease by ``lease_s`` from now; how many deliveries it holds."""
+        lease_s = min(max(lease_s, LEASE_BOUNDS_S[0]), LEASE_BOUNDS_S[1])
+        self.leases[client] = (time.monotonic() + lease_s, lease_s)
+        return sum(1 for c in self.holder.values() if c == client)
+
+    async def _sweep(self) -> None:
+        """Release what clients whose lease ran out held (they vanished)."""
+        while self.holder:
+            await asyncio.sleep(LEASE_BOUNDS_S[0] / 2)
+            now = time.monotonic()
+            gone = {c for c, (deadline, _) in self.leases.items() if deadline < now}
+            if not gone:
+                continue
+            for c in gone:
+                del self.leases[c]
+            expired: dict = {}
+            for (name, token), c in list(self.holder.items()):
+                if c in gone:
+                    expired.setdefault(name, []).append(list(token))
+            for name, tokens in expired.items():
+                errs = await self.settle(name, "release", tokens)
+                released = sum(e is None for e in errs)
+                self.lease_released += released
+                log.warning("%s: released %d deliveries of %r whose consumer stopped "
+                            "renewing its lease", self.member_name, released, name)
+        self._sweeper = None
+
     async def acquire(self, name: str, n: int = 1, timeout_s: Optional[float] = None,
-                      many: bool = True) -> list:
+                      many: bool = True, client: Optional[str] = None,
+                      lease_s: float = LEASE_S) -> list:
+        """``client`` (a process id) holds what is acquired under a lease of ``lease_s``
+        (renewed by ``renew``); None: held until settled or this member goes."""
         from raygroups.stack.runtime.workqueue import WorkQueue
         q = WorkQueue(self._svc(), name, None)
         if many:
@@ -244,8 +371,14 @@ class QueueHost:
             except AcquireTimeout:
                 got = []
         out = []
+        if got and client is not None:
+            self.renew(client, lease_s)
+            if self._sweeper is None:
+                self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
         for d in got:
             self.held[(name, d.token)] = d
+            if client is not None:
+                self.holder[(name, d.token)] = client
             out.append({"queue": name, "member": self.member_name, "body": d.body,
                         "publisher": d.id[0].hex(), "seq": d.id[1], "token": list(d.token),
                         "redelivered": d.redelivered})
@@ -269,19 +402,29 @@ class QueueHost:
         async def one(i, t, d):
             try:
                 await svc._call(lambda cb: svc.replica.settle(op, d.acquired, cb))
-                self.held.pop((name, tuple(t)), None)
+                self._forget(name, t)
             except Exception as e:
                 if isinstance(e, (StaleEpoch, NotAcquired)):
-                    self.held.pop((name, tuple(t)), None)  # not ours any more
+                    self._forget(name, t)  # not ours any more
                 out[i] = e
         await asyncio.gather(*[one(i, t, d) for i, t, d in todo])
         return out
 
+    def _forget(self, name: str, token: list) -> None:
+        self.held.pop((name, tuple(token)), None)
+        self.holder.pop((name, tuple(token)), None)
+
     def info(self, name: Optional[str] = None) -> dict:
+        """One queue's figures, or the service's with ``leases`` (clients holding
+        deliveries, deliveries leased, deliveries released because a lease ran out)."""
         if self.service is None or self.service.replica is None:
             return {}
         info = self.service.info()
-        return info["queues"].get(name, {}) if name is not None else info
+        if name is not None:
+            return info["queues"].get(name, {})
+        info["leases"] = {"clients": len(set(self.holder.values())),
+                          "leased": len(self.holder), "lease_released": self.lease_released}
+        return info
 
     async def close(self) -> None:
         if self.service is not None:
@@ -300,8 +443,12 @@ class QueueMethods:
         return await self.queue_host.publish(name, bodies)
 
     async def queue_acquire(self, name: str, n: int = 1, timeout_s: Optional[float] = None,
-                            many: bool = True) -> list:
-        return await self.queue_host.acquire(name, n, timeout_s, many)
+                            many: bool = True, client: Optional[str] = None,
+                            lease_s: float = LEASE_S) -> list:
+        return await self.queue_host.acquire(name, n, timeout_s, many, client, lease_s)
+
+    def queue_renew(self, client: str, lease_s: float = LEASE_S) -> int:
+        return self.queue_host.renew(client, lease_s)
 
     async def queue_settle(self, name: str, op: str, tokens: list) -> list:
         return await self.queue_host.settle(name, op, tokens)

@@ -103,6 +103,47 @@ def test_reject_goes_to_the_alternate_once(group):
     assert all(q.on(n).info().get("rejected") == 1 for n in names)
 
 
+VANISHING_CONSUMER = """
+import os, sys
+from raygroups.actors import Group
+q = Group.attach(sys.argv[1]).queue("leased", member=sys.argv[2], lease_s=1.0)
+d = q.acquire(timeout_s=30)
+print("ACQUIRED", d.id[0], d.id[1], flush=True)
+os._exit(0)  # gone without settling and without renewing
+"""
+
+
+def test_a_consumer_process_that_vanishes_loses_its_lease(group, ray_session):
+    """A driver acquires and dies without settling: once its lease (1 s) runs out, the
+    member releases the message and another consumer gets it, redelivered."""
+    names = group.member_names()
+    q = group.queue("leased", member=names[1])
+    q.publish(b"orphan")
+    r = ray_session.run_driver(VANISHING_CONSUMER, args=[group.cluster, names[1]])
+    assert r.returncode == 0, r.stderr[-2000:]
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("ACQUIRED"))
+    pub, seq = line.split()[1], int(line.split()[2])
+    again = q.on(names[2]).acquire(timeout_s=WAIT_S)
+    assert again.id == (pub, seq) and again.redelivered and again.body == b"orphan"
+    again.accept()
+    info = q.on(names[1]).info()
+    assert info["dequeued"] == 1 and info["depth"] == 0 and info["acquired"] == 0
+    assert group._call("queue_info", member=names[1])["leases"]["lease_released"] == 1
+
+
+def test_a_living_consumer_keeps_its_deliveries_past_the_lease(group):
+    """This process holds a delivery for several lease periods: the renewal thread keeps
+    it, nobody else gets it, and the accept succeeds."""
+    names = group.member_names()
+    q = group.queue("kept", member=names[0], lease_s=0.6)
+    q.publish(b"slow-job")
+    d = q.acquire(timeout_s=10)
+    with pytest.raises(AcquireTimeout):
+        q.on(names[2]).acquire(timeout_s=3.0)  # 5 lease periods
+    d.accept()
+    assert group._call("queue_info", member=names[0])["leases"]["lease_released"] == 0
+
+
 def test_acquire_then_kill_member_then_dequeue_elsewhere(group):
     """Last: the member's process dies (Ray restarts it; it rejoins with a fresh UUID and
     gets the queues through state transfer)."""
