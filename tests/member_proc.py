@@ -9,14 +9,17 @@ Connects a Channel (static discovery with --hosts, IP multicast discovery withou
 one JSON line per event on stdout, flushed:
 
     {"event": "view", "view_id": [coord_name, id], "members": [names...], "merge": bool,
-     "t": time.time()}
+     "primary": bool, "primary_id": int, "t": time.time()}
     {"event": "msg", "from": name, "payload": text, "t": ...}
+    {"event": "sent", "payload": text, "t": ...}     (a ``send`` returned)
+    {"event": "send_error", "payload": text, "error": "NotPrimary: ...", "t": ...}
     {"event": "left", "t": ...}                      (after "leave", or stdin closed)
     {"event": "error", "error": "...", "t": ...}     (join failed; exit status 1)
     {"event": "stats", "stats": {...}, "t": ...}    (after ``stats``)
     {"event": "ok", "cmd": "cut", "cut": [names], "t": ...}   (after ``cut``; ``heal`` too)
 
-Commands on stdin, one a line: ``send <text>`` (multicast to the view), ``leave``,
+Commands on stdin, one a line: ``send <text>`` (multicast to the view; in the background,
+so a send that waits for a primary component does not hold up other commands), ``leave``,
 ``stats`` (print ``channel.stats()``), and with the fault layer (``--faults``, or any
 ``--drop-*``): ``cut <name>,<name>,...`` (drop everything received from those members, as
 ``Faults.drop_from``; names of members seen in a view or by discovery so far) and ``heal``.
@@ -226,6 +229,8 @@ async def main(args: argparse.Namespace) -> int:
         options["mcast_port"] = args.mcast_port
     if args.membership:
         options["membership"] = args.membership
+    if args.expected:
+        options["primary__expected_size"] = args.expected
     if args.faults or args.drop_up or args.drop_down:
         options["faults__drop_up"] = args.drop_up
         options["faults__drop_down"] = args.drop_down
@@ -242,14 +247,24 @@ async def main(args: argparse.Namespace) -> int:
             if isinstance(ev, ViewChange):
                 v = ev.view
                 emit("view", view_id=[v.view_id.coord.name, v.view_id.id],
-                     members=[m.name for m in v.members], merge=isinstance(v, MergeView))
+                     members=[m.name for m in v.members], merge=isinstance(v, MergeView),
+                     primary=v.primary, primary_id=v.primary_id)
             else:
                 p = ev.payload
                 emit("msg", **{"from": ev.sender.name if ev.sender else None,
                                "payload": p.decode(errors="replace")
                                if isinstance(p, (bytes, bytearray)) else repr(p)})
 
+    async def send(text: str) -> None:
+        try:
+            await ch.send(text.encode())
+        except Exception as e:  # NotPrimary after its timeout, ChannelClosed
+            emit("send_error", payload=text, error=f"{type(e).__name__}: {e}")
+        else:
+            emit("sent", payload=text)
+
     events = asyncio.create_task(pump())
+    sends: set = set()
     reader = asyncio.StreamReader()
     loop = asyncio.get_running_loop()
     try:
@@ -263,7 +278,9 @@ async def main(args: argparse.Namespace) -> int:
             break
         cmd, _, rest = line.partition(" ")
         if cmd == "send":
-            await ch.send(rest.encode())
+            task = asyncio.create_task(send(rest))
+            sends.add(task)
+            task.add_done_callback(sends.discard)
         elif cmd == "stats":
             emit("stats", stats=ch.stats())
         elif cmd in ("cut", "heal"):
@@ -300,6 +317,8 @@ if __name__ == "__main__":
                     help="timer preset (StackConfig.local/lan/wan)")
     ap.add_argument("--mcast-port", type=int, default=0, help="IP multicast group port")
     ap.add_argument("--membership", choices=("views", "gossip"), default=None)
+    ap.add_argument("--expected", type=int, default=0,
+                    help="primary__expected_size: members the first primary needs a majority of")
     ap.add_argument("--faults", action="store_true",
                     help="insert the fault layer (for cut/heal on stdin)")
     ap.add_argument("--drop-up", type=float, default=0.0, help="fault layer: drop received")

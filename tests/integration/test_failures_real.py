@@ -14,7 +14,9 @@ every view id lists the same members at every member that installed it. Loopback
 use ``StackConfig.local()`` (its SWIM timers are the LAN defaults).
 
 In network namespaces (root, tests/netns.py): a 3/2 partition cut with nftables gives
-each side a view of its own, and after the heal everyone converges to one view again.
+each side a view of its own, and after the heal everyone converges to one view again; the
+same split keeps the primary component on the 3 side, while the 2 side's send waits and goes
+out after the heal (issue 4).
 
 Deadlines are generous (30 s) and never asserted as timings; what was measured is printed
 (``pytest -s`` shows it; ``bench/failure.py`` measures properly).
@@ -226,3 +228,83 @@ def test_namespace_partition_heals_into_one_view():
         print(f"netns 3/2 partition: split views after {t_split - t_cut:.2f} s (seen), "
               f"one view {final['view_id']} {final['members']} "
               f"{t_one - t_heal:.2f} s after the heal (seen)")
+
+
+def _lab_events(proc, kind: str) -> list:
+    with open(proc.out_path, "rb") as f:
+        data = f.read()
+    data = data[:data.rfind(b"\n") + 1]
+    evs = [json.loads(line) for line in data.splitlines() if line.startswith(b"{")]
+    return [e for e in evs if e["event"] == kind]
+
+
+def _lab_command(proc, line: str) -> None:
+    proc.stdin.write(line + "\n")
+    proc.stdin.flush()
+
+
+@pytest.mark.root
+@pytest.mark.skipif(not _ok, reason=_why)
+def test_namespace_split_3_2_keeps_the_primary_on_the_majority():
+    """Issue 4 on real sockets: five hosts split 3/2 by nftables. The 3 side stays a
+    primary component (a higher primary id) and keeps sending; the 2 side is not primary
+    (id 0) and its send waits instead of failing or going out; after the heal everyone is
+    primary with one primary id, and the waiting send goes out to all five."""
+    n, sides = 5, ([0, 1, 2], [3, 4])
+    with NetLab(n) as lab:
+        hosts = ",".join(f"{lab.addr(k)}:{PORT}" for k in range(n))
+        name = cluster("netns-primary")
+        procs = []
+        for k in range(n):
+            procs.append(lab.spawn(k, [sys.executable, "-m", "tests.member_proc",
+                                       "--cluster", name, "--name", f"m{k}",
+                                       "--bind", lab.addr(k), "--port", str(PORT),
+                                       "--hosts", hosts, "--preset", "lan",
+                                       "--expected", str(n)],
+                                   cwd=REPO, name=f"m{k}"))
+            time.sleep(0.3)
+        names = [f"m{k}" for k in range(n)]
+
+        def all_primary(lasts) -> bool:
+            return (_one_view(lasts, names) and all(v["primary"] for v in lasts)
+                    and len({v["primary_id"] for v in lasts}) == 1)
+        _lab_wait(procs, all_primary, f"one primary {n}-member view")
+        first_pid = _lab_views(procs)[0][-1]["primary_id"]
+        assert first_pid > 0
+
+        lab.partition(sides)
+        major, minor = sides
+
+        def split(lasts) -> bool:
+            return (all(_one_view([lasts[k] for k in side], [names[k] for k in side])
+                        for side in sides)
+                    and all(lasts[k]["primary"] for k in major)
+                    and not any(lasts[k]["primary"] for k in minor))
+        _lab_wait(procs, split, "a primary 3-view and a non-primary 2-view")
+        lasts = [v[-1] for v in _lab_views(procs)]
+        assert len({lasts[k]["primary_id"] for k in major}) == 1
+        assert lasts[0]["primary_id"] > first_pid, lasts
+        assert all(lasts[k]["primary_id"] == 0 for k in minor), lasts
+
+        # the majority keeps sending; the minority's send waits
+        _lab_command(procs[3], "send from-the-minority")
+        _lab_command(procs[0], "send from-the-majority")
+
+        def got(k, text) -> bool:
+            return any(e["payload"] == text for e in _lab_events(procs[k], "msg"))
+        _lab_wait(procs, lambda _l: all(got(k, "from-the-majority") for k in major),
+                  "the majority's message at the majority")
+        time.sleep(1.0)  # time for a wrongly sent message to show up
+        assert not _lab_events(procs[3], "sent") and not _lab_events(procs[3], "send_error")
+        assert not any(got(k, "from-the-minority") for k in range(n))
+
+        lab.heal()
+        _lab_wait(procs, all_primary, f"one primary {n}-member view after the heal")
+        final = [v[-1] for v in _lab_views(procs)]
+        assert final[0]["primary_id"] > lasts[0]["primary_id"], final
+        _lab_wait(procs, lambda _l: all(got(k, "from-the-minority") for k in range(n)),
+                  "the minority's waiting send delivered everywhere after the heal")
+        assert [e["payload"] for e in _lab_events(procs[3], "sent")] == ["from-the-minority"]
+        assert not _lab_events(procs[3], "send_error")
+        assert not any(got(k, "from-the-majority") for k in minor)
+        check_agreement(dict(zip(names, _lab_views(procs))))
