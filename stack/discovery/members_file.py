@@ -9,18 +9,25 @@ One file per coordinator, ``<location>/<cluster>/<coordinator uuid>.list``, one 
 
 ``<logical name> <uuid> <ip>:<port> <T|F>``, fields separated by any white space. The uuid is
 either a short decimal number (the seeded UUIDs of a bootstrap file: ``1`` is the 16-byte
-big-endian integer 1) or a full UUID string (with or without dashes). The *last* colon
+big-endian integer 1), a full UUID string (with or without dashes, any case), or the compact
+form ``render()`` writes for random UUIDs: the 16 bytes in unpadded base64url, 22 characters
+(``CmxZ_H7grNItS8991Zrblw``; case matters). The *last* colon
 separates the port, so IPv6 addresses need no brackets (``[::1]:7800`` is accepted too).
 ``T`` marks the coordinator. Lines starting with ``#`` are comments; ``# view <uuid>
 <counter>`` records the view id the file was written for (stale-file detection uses it).
 
 The file is for people too: a hand-written or generated file loads, and a malformed line
 yields a ``ParseError`` naming the file and the line while every other line still loads.
-``render()`` writes one single-spaced line per member (no padding: about 25 bytes per member
-with short names and seeded UUIDs, about 57 with random UUIDs and IPv4).
+``render()`` writes one single-spaced line per member (no padding): about 25 bytes per member
+with short names and seeded UUIDs; with random UUIDs about 41-45 with short names and IPv4
+(22-character base64url UUIDs; the dashed form would take 57). Coordinator files are named the
+same way (``<uuid>.list``: ``1.list``, ``CmxZ_H7grNItS8991Zrblw.list``); names and lines in
+the dashed form, written by hand or by an older version, load as before.
 """
 from __future__ import annotations
 
+import base64
+import binascii
 import ipaddress
 import re
 import uuid as _uuid
@@ -29,34 +36,58 @@ from typing import Iterator, Optional, Union
 
 UUID_LEN = 16
 SHORT_UUID_LIMIT = 1 << 32
-"""UUIDs below this render as decimal numbers (seeded bootstrap UUIDs); others in full."""
+"""UUIDs below this render as decimal numbers (seeded bootstrap UUIDs); others compact."""
+COMPACT_LEN = 22
+"""Characters of a 16-byte UUID in unpadded base64url (the compact form)."""
+_B64URL = re.compile(r"^[A-Za-z0-9_-]{22}$")
 SUFFIX = ".list"
 _HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.\-_]*[A-Za-z0-9])?$")
 _WS = re.compile(r"\s+")
 
 
 def uid_from_text(text: str) -> bytes:
-    """``"1"`` -> 16-byte big-endian 1; ``"0a6c59fc-7ee0-..."`` -> that UUID's 16 bytes."""
+    """``"1"`` -> 16-byte big-endian 1; ``"0a6c59fc-7ee0-..."`` (dashes optional) and the
+    compact ``"CmxZ_H7grNItS8991Zrblw"`` -> that UUID's 16 bytes. Decimal wins over the
+    compact form, which is never all digits; a 22-character text is never a hex UUID (32
+    digits), so the forms cannot be confused."""
     if text.isdigit():
         n = int(text)
         if n >= 1 << 128:
             raise ValueError(f"numeric uuid {text} does not fit 128 bits")
         return n.to_bytes(UUID_LEN, "big")
+    if len(text) == COMPACT_LEN and _B64URL.match(text):
+        try:
+            uid = base64.urlsafe_b64decode(text + "==")
+        except (binascii.Error, ValueError):
+            uid = b""
+        # the last character carries 2 spare bits; only the canonical form is accepted,
+        # so one uuid has one spelling (and one file name)
+        if len(uid) == UUID_LEN and _compact(uid) == text:
+            return uid
+        raise ValueError(f"not a uuid: {text!r} (22 characters but not canonical base64url)")
     try:
         return _uuid.UUID(text).bytes
     except ValueError:
         raise ValueError(f"not a uuid: {text!r}") from None
 
 
+def _compact(uid: bytes) -> str:
+    return base64.urlsafe_b64encode(uid).rstrip(b"=").decode("ascii")
+
+
 def uid_to_text(uid: bytes) -> str:
+    """Decimal below ``SHORT_UUID_LIMIT`` (seeded UUIDs), else the 22-character base64url
+    form. That form never reads as a decimal: its last character holds the last 2 bits and 4
+    zero bits, so it is one of ``A``, ``Q``, ``g``, ``w``."""
     n = int.from_bytes(uid, "big")
     if n < SHORT_UUID_LIMIT:
         return str(n)
-    return str(_uuid.UUID(bytes=uid))
+    return _compact(uid)
 
 
 def file_name(uid: bytes) -> str:
-    """The members file of the coordinator ``uid``: ``"1.list"``, ``"0a6c...97.list"``."""
+    """The members file of the coordinator ``uid``: ``"1.list"``, ``"CmxZ_H7grNItS8991Zrblw.list"``
+    (``-`` and ``_`` are safe in file names, S3 keys and Ray KV keys)."""
     return uid_to_text(uid) + SUFFIX
 
 
