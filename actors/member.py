@@ -81,7 +81,9 @@ def view_json(view, installed_at: Optional[float] = None, previous=None) -> dict
     """A view as plain JSON."""
     out = {"view_id": _view_id(view), "coord_uuid": view.view_id.coord.uuid_hex,
            "members": [m.name for m in view.members],
-           "uuids": [m.uuid_hex for m in view.members], "coordinator": view.coordinator.name}
+           "uuids": [m.uuid_hex for m in view.members], "coordinator": view.coordinator.name,
+           "primary": bool(getattr(view, "primary", True)),
+           "primary_id": int(getattr(view, "primary_id", 0))}
     if installed_at is not None:
         out["installed_at"] = installed_at
     if previous is not None:

@@ -1,1 +1,28 @@
-"""Spark (RayDP) integration."""
+"""Spark pipelines on RayDP that follow the group's views and consume its work queue.
+
+```python
+from raygroups.integration import ViewFeed, by_view, read_queue
+feed = ViewFeed(spark, "orders")           # follows the group's views from the driver
+view = feed.current()                      # the agreed view (a ViewSnapshot)
+routed = by_view(df, "customer_id", feed)  # each row tagged with the member owning its key
+feed.on_change(lambda old, new: ...)       # re-plan when the view changes
+jobs = read_queue(spark, "orders", "jobs", max_messages=10_000)   # acquire -> DataFrame
+```
+
+Dependency direction: integration -> actors -> stack (actors never import pyspark). The
+modules import pyspark only inside the functions that build DataFrames, so the pure parts
+(``rendezvous``, ``ViewSnapshot``) work without it.
+"""
+from .partitioning import (PartitionConfig, by_view, partition_owner, planned_view,
+                           repartition_by_view)
+from .queue_source import (BatchResult, DedupSink, QueueBatch, QueueSource, QueueSourceConfig,
+                           read_queue)
+from .rendezvous import moved, owner, owners
+from .snapshot import SupersededView, ViewSnapshot
+from .view_feed import FeedConfig, ViewFeed
+from .view_history import view_history_df
+
+__all__ = ["ViewFeed", "FeedConfig", "ViewSnapshot", "SupersededView", "by_view",
+           "repartition_by_view", "partition_owner", "planned_view", "PartitionConfig",
+           "owner", "owners", "moved", "read_queue", "QueueSource", "QueueSourceConfig",
+           "QueueBatch", "DedupSink", "BatchResult", "view_history_df"]

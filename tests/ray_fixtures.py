@@ -61,8 +61,10 @@ def ray_session():
     ray_constants.ENABLE_RAY_CLUSTER = False
     started = False
     if not ray.is_initialized():
+        # 4 logical CPUs (on 2 cores): RayDP's two Spark executors hold one each for the
+        # rest of the run (tests/spark_fixtures.py), member actors take none
         ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False,
-                 num_cpus=2, object_store_memory=200 * 1024 * 1024, log_to_driver=False,
+                 num_cpus=4, object_store_memory=200 * 1024 * 1024, log_to_driver=False,
                  configure_logging=False, logging_level="WARNING")
         started = True
     ctx = ray.get_runtime_context()
