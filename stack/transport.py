@@ -18,6 +18,7 @@ from .errors import MessageTooLarge
 from .events import AddPhysical, EmitTo, GetBundleRoom, GetPhysical, ViewInstalled
 from .layer import MCAST, Layer
 from .message import NO_LOOPBACK, Message
+from .transport_frag import FRAG_HEADER, Fragmenter
 
 
 @dataclass
@@ -39,8 +40,19 @@ class TransportConfig:
     mcast_ttl: int = 1
     """Multicast TTL: 0 stays on the host, 1 on the LAN segment."""
     max_bundle_size: int = 60_000
-    """Bytes per datagram/frame. Larger bundles amortise per-packet costs; a single message
-    must fit (without the frag layer)."""
+    """Bytes per datagram/frame. Larger bundles amortise per-packet costs. A message that
+    does not fit one bundle (a large VIEW or JOIN_RSP, an application message in a stack
+    without FRAG) is cut into fragments here and joined by the receiver (``transport_frag``:
+    a lost fragment loses the whole message, which NAKACK/UNICAST retransmit)."""
+    max_message_size: int = wire.MAX_PACKET
+    """Bytes of one packed message, fragmented or not: larger raises MessageTooLarge when
+    sent, and a receiver keeps at most this much of one sender's incomplete messages."""
+    frag_pending_total: int = 64 * 1024 * 1024
+    """Bytes of incomplete fragmented messages kept for all senders together; beyond, the
+    oldest incomplete message is dropped (counted as ``frag_dropped_evicted``)."""
+    frag_timeout_s: float = 10.0
+    """An incomplete fragmented message that received no fragment for this long is dropped
+    (``frag_dropped_expired``); its sender's reliability layer sends it again whole."""
     recv_buffer: int = 4 * 1024 * 1024
     """SO_RCVBUF in bytes (capped by net.core.rmem_max). Bigger absorbs bursts."""
     send_buffer: int = 4 * 1024 * 1024
@@ -90,6 +102,8 @@ class Transport(Layer):
             self.receive = self._receive_sealed  # the unauthenticated path stays untouched
         room = cfg.max_bundle_size - (self.auth.overhead if self.auth else 0)
         self.bundler = wire.Bundler(ctx.cluster, ctx.local.uid, room)
+        self.frag = Fragmenter(self.stats, cfg.max_message_size, cfg.frag_pending_total,
+                               cfg.frag_timeout_s)
 
     # -- down ---------------------------------------------------------------------------
     def down(self, msg: Message) -> None:
@@ -98,19 +112,21 @@ class Transport(Layer):
         dest = msg.dest
         packed = wire.encode_message(None if dest is None else dest.uid, msg.flags, msg.headers,
                                      msg.payload)
-        if len(packed) > self.bundler.max_message:
-            raise MessageTooLarge(f"{len(packed)} bytes packed; a bundle holds "
-                                  f"{self.bundler.max_message}")
         st = self.stats
         st["sent_msgs"] += 1
+        add = self.bundler.add
+        if len(packed) > self.bundler.max_message and dest != local:
+            # too large for one bundle: its fragments instead (transport_frag)
+            packed = self._split(None if dest is None else dest.uid, msg.flags, packed)
+            add = self.bundler.add_many
         if dest is None:
             if self.fan_out:
-                add, phys = self.bundler.add, self.phys
+                phys = self.phys
                 for m in self.members:
                     if m is not local and m in phys:
                         add(phys[m], packed)
             else:
-                self.bundler.add(MCAST, packed)
+                add(MCAST, packed)
             if not msg.flags & NO_LOOPBACK:
                 self.loopback.append(msg)
         elif dest == local:
@@ -120,8 +136,15 @@ class Transport(Layer):
             if p is None:
                 st["no_route"] += 1
                 return
-            self.bundler.add(p, packed)
+            add(p, packed)
         self._schedule_flush()
+
+    def _split(self, dest_uid, flags: int, packed: bytes) -> list:
+        """A packed message too large for one bundle: its packed fragments."""
+        if len(packed) > self.config.max_message_size:
+            raise MessageTooLarge(f"{len(packed)} bytes packed; at most "
+                                  f"{self.config.max_message_size} (transport max_message_size)")
+        return self.frag.split(dest_uid, flags, packed, self.bundler.max_message)
 
     def _schedule_flush(self) -> None:
         if not self.flush_scheduled:
@@ -189,6 +212,19 @@ class Transport(Layer):
             if d is not None and d != lu:
                 st["dropped_not_for_me"] += 1
                 continue
+            if FRAG_HEADER in headers:
+                try:
+                    whole = self.frag.add(sender_uid, headers[FRAG_HEADER], payload,
+                                          self.ctx.now())
+                except (TypeError, ValueError, KeyError, OverflowError):
+                    st["dropped_frag_malformed"] += 1
+                    continue
+                if whole is None:
+                    continue
+                d, flags, headers, payload = whole
+                if d is not None and d != lu:
+                    st["dropped_not_for_me"] += 1
+                    continue
             batch.append(Message(None if d is None else local, payload, flags, headers, sender))
         st["recv_msgs"] += len(batch)
         if batch:
@@ -200,8 +236,12 @@ class Transport(Layer):
         if t is EmitTo:
             m = ev.msg
             m.sender = self.ctx.local
-            self.bundler.add(ev.phys, wire.encode_message(None if m.dest is None else m.dest.uid,
-                                                          m.flags, m.headers, m.payload))
+            uid = None if m.dest is None else m.dest.uid
+            packed = wire.encode_message(uid, m.flags, m.headers, m.payload)
+            if len(packed) > self.bundler.max_message:
+                self.bundler.add_many(ev.phys, self._split(uid, m.flags, packed))
+            else:
+                self.bundler.add(ev.phys, packed)
             self._schedule_flush()
             return None
         if t is AddPhysical:
@@ -218,3 +258,8 @@ class Transport(Layer):
             if len(self.phys) > 4 * len(keep) + 64:  # bound the cache of departed members
                 self.phys = {a: p for a, p in self.phys.items() if a in keep}
         return None
+
+    @property
+    def pending_frag_bytes(self) -> int:
+        """Bytes of incomplete fragmented messages held for reassembly."""
+        return self.frag.total

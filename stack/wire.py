@@ -90,6 +90,14 @@ class Bundler:
         else:
             q.append(packed)
 
+    def add_many(self, dest: Any, packed: list) -> None:
+        """Queue several packed messages (a fragmented message's fragments) in order."""
+        q = self.queues.get(dest)
+        if q is None:
+            self.queues[dest] = list(packed)
+        else:
+            q.extend(packed)
+
     def drain(self):
         """Yield (dest, bundle_bytes) for everything queued, and empty the queues."""
         queues, self.queues = self.queues, {}

@@ -92,10 +92,11 @@ def test_unicast_without_route_is_dropped_and_counted():
 
 
 def test_message_too_large_raises():
-    s = make(max_bundle_size=1000)
+    # larger than a bundle is fragmented (below); larger than max_message_size raises
+    s = make(max_bundle_size=1000, max_message_size=5000)
     s.down(Message(None, b"x" * (s.layer.bundler.max_message - 40)))
     with pytest.raises(MessageTooLarge):
-        s.down(Message(None, b"x" * 1000))
+        s.down(Message(None, b"x" * 5000))
     s.advance(0)
     assert len(s.host.emitted) == 1
 

@@ -1,0 +1,63 @@
+"""Views larger than one datagram (issue 5, scale). GMS's own messages - VIEW, JOIN_RSP,
+the flush's digests and cut, the merge's views, the primary component's state - travel
+below FRAG, and at about 750 members they no longer fit a 60 KB bundle. The same happens at a
+few dozen members with a small bundle (an MTU-sized datagram, as here): the transport
+fragments them (stack/transport_frag.py). On every seed, with loss, duplication and
+reordering: the group forms, a crash is flushed out, a partition heals into one view, the
+guarantees hold (History), and messages were in fact fragmented."""
+import pytest
+
+from raygroups.stack.config import StackConfig
+from raygroups.stack.sim import Simulation, SimOptions
+
+from .history import History
+
+N = 24
+BUNDLE = 700  # bytes: a VIEW of 24 members is ~600 B, a JOIN_RSP ~1.6 KB, a FLUSH_OK ~1 KB
+
+
+def one_view(members):
+    live = [m for m in members if m.alive]
+    if any(m.view is None for m in live):
+        return False
+    uids = {m.address.uid for m in live}
+    return len({m.view.view_id for m in live}) == 1 and \
+        all({a.uid for a in m.view.members} == uids for m in live)
+
+
+@pytest.mark.seeds(3)
+def test_views_beyond_one_datagram_form_flush_and_merge(sim_seed):
+    sim = Simulation(sim_seed, SimOptions(loss=0.03, duplicate=0.02, reorder=0.05,
+                                          delay_s=(0.0005, 0.003)))
+    rng = sim.rng
+    cfg = StackConfig.local(transport__max_bundle_size=BUNDLE)
+    h = History(sim)
+    members = [sim.add_member("big", "m0", cfg)]
+    sim.run_until(lambda: members[0].view is not None, 5, "founding")
+    for i in range(1, N):
+        sim.run_for(rng.uniform(0, 0.01))
+        members.append(sim.add_member("big", f"m{i}", cfg))
+    sim.run_until(lambda: one_view(members), 60, f"{N} members agree")
+    for _ in range(10):
+        for m in rng.sample(members, 5):
+            h.send(m)
+        sim.run_for(0.02)
+    victim = rng.choice(members[1:])
+    sim.crash(victim)
+    sim.run_until(lambda: one_view(members), 60, "the crash flushed out")
+    live = [m for m in members if m.alive]
+    half = rng.sample(live, len(live) // 2)
+    sim.partition(half, [m for m in live if m not in half])
+    sim.run_for(3.0)
+    sim.heal()
+    sim.run_until(lambda: one_view(members), 60, "one view after the heal")
+    for _ in range(10):
+        for m in rng.sample(live, 5):
+            h.send(m)
+        sim.run_for(0.02)
+    sim.run_until(lambda: all(len(m.delivered) >= sum(1 for s in h.sent if m.address.uid in s[2])
+                              for m in live), 30, "all delivered")
+    h.check_all(live)
+    st = [m.stack.layer("transport").stats for m in live]
+    assert sum(s["frag_messages"] for s in st) > 0 and sum(s["frag_reassembled"] for s in st) > 0
+    assert sum(m.stack.errors for m in members if m.stack is not None) == 0
