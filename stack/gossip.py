@@ -4,7 +4,10 @@ Replaces GMS when ``membership="gossip"``. Each member's view is its own, eventu
 consistent list (sorted by address; ``members[0]`` is the nominal coordinator) with a local
 view counter, delivered as the same ViewChange events. Joining: discover any member and
 subscribe through it; nobody found after ``found_after_rounds`` rounds: start alone.
-Leaving: UNSUBSCRIBE until a member confirms. Multicasts in this mode are best effort.
+Leaving: UNSUBSCRIBE until a member confirms, which spreads a REMOVE rumor (seed 004), so the
+others drop the leaver at once rather than after failure detection; the Leave then goes on
+down (store discovery deletes the leaver's members file). Multicasts in this mode are best
+effort.
 """
 from __future__ import annotations
 
@@ -77,9 +80,12 @@ class GossipMembership(Layer):
         if t is Leave:
             if self.state == "member":
                 self.state = "leaving"
-                self.below.down_event(Subscribe(None))
+                self.below.down_event(Subscribe(None))  # SWIM: UNSUBSCRIPTION -> REMOVE
             elif self.state != "left":
                 self.state = "left"
                 self.above.up_event(Left("left"))
+            # the layers below learn it too, as under GMS (store discovery: a leaving
+            # coordinator deletes its members file instead of leaving it to go stale)
+            self.below.down_event(ev)
             return None
         return self.below.down_event(ev)

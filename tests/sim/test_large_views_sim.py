@@ -11,18 +11,10 @@ from raygroups.stack.config import StackConfig
 from raygroups.stack.sim import Simulation, SimOptions
 
 from .history import History
+from .test_failures_sim import one_view
 
 N = 24
 BUNDLE = 700  # bytes: a VIEW of 24 members is ~600 B, a JOIN_RSP ~1.6 KB, a FLUSH_OK ~1 KB
-
-
-def one_view(members):
-    live = [m for m in members if m.alive]
-    if any(m.view is None for m in live):
-        return False
-    uids = {m.address.uid for m in live}
-    return len({m.view.view_id for m in live}) == 1 and \
-        all({a.uid for a in m.view.members} == uids for m in live)
 
 
 @pytest.mark.seeds(3)
