@@ -10,7 +10,7 @@ $(VENV)/.installed: pyproject.toml
 
 .PHONY: demo test
 demo: $(VENV)/.installed
-	$(PY) -m raygroups.actors.demo
+	$(PY) -m raygroups.integration.demo
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)

@@ -64,13 +64,22 @@ def table(members: list) -> None:
               f"{m['state']:<8} {'coordinator' if m['coordinator'] else ''}")
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def arguments(description: str = __doc__.split("\n\n")[0]) -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--members", type=int, default=5)
     ap.add_argument("--serve", type=float, default=5.0,
                     help="seconds to keep serving the status page before shutting down")
-    args = ap.parse_args(argv)
+    return ap
 
+
+def main(argv=None) -> int:
+    return run(arguments().parse_args(argv))
+
+
+def run(args, then=None, num_cpus: int = 2) -> int:
+    """The demo with ``args`` (see ``arguments``); ``then(group)``, when given, runs after the
+    membership part, before the status page is served (raygroups.integration.demo adds the
+    Spark pipeline there)."""
     import ray
 
     from raygroups.actors import Group
@@ -79,7 +88,7 @@ def main(argv=None) -> int:
     t0 = time.monotonic()
     print("raygroups demo: member actors on a local Ray cluster (loopback)")
     ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False,
-             log_to_driver=False, num_cpus=2, object_store_memory=200 * 1024 * 1024,
+             log_to_driver=False, num_cpus=num_cpus, object_store_memory=200 * 1024 * 1024,
              configure_logging=False, logging_level="WARNING")
     print(f"  Ray started in {time.monotonic() - t0:.1f}s")
     root = tempfile.mkdtemp(prefix="raygroups-demo-")
@@ -158,6 +167,9 @@ def main(argv=None) -> int:
                   "is gone, the new one is in):")
             show_files(after)
 
+        if then is not None:
+            then(g)
+            new = g.view()
         urls = g.status_urls()
         coord = new.coordinator.name
         url = urls.get(coord) or next(iter(urls.values()), None)

@@ -15,6 +15,7 @@ modules import pyspark only inside the functions that build DataFrames, so the p
 """
 from .partitioning import (PartitionConfig, by_view, partition_owner, planned_view,
                            repartition_by_view)
+from .pipeline import PipelineConfig, run_pipeline
 from .queue_source import (BatchResult, DedupSink, QueueBatch, QueueSource, QueueSourceConfig,
                            read_queue)
 from .rendezvous import moved, owner, owners
@@ -25,4 +26,5 @@ from .view_history import view_history_df
 __all__ = ["ViewFeed", "FeedConfig", "ViewSnapshot", "SupersededView", "by_view",
            "repartition_by_view", "partition_owner", "planned_view", "PartitionConfig",
            "owner", "owners", "moved", "read_queue", "QueueSource", "QueueSourceConfig",
-           "QueueBatch", "DedupSink", "BatchResult", "view_history_df"]
+           "QueueBatch", "DedupSink", "BatchResult", "view_history_df", "run_pipeline",
+           "PipelineConfig"]

@@ -31,6 +31,7 @@ def spark_session(ray_session):
     spark = raydp.init_spark("raygroups-tests", num_executors=EXECUTORS, executor_cores=1,
                              executor_memory="1G",
                              configs={"spark.ui.enabled": "false",
+                                      "spark.ui.showConsoleProgress": "false",
                                       "spark.sql.shuffle.partitions": "4"})
     spark.sparkContext.setLogLevel("ERROR")
     yield spark

@@ -214,3 +214,20 @@ def test_queue_source_every_job_once_across_a_member_crash(spark_session, ray_se
     finally:
         feed.close()
         g.shutdown()
+
+
+def test_the_demo_pipeline_processes_every_job_once_across_a_kill(spark_session, ray_session):
+    from raygroups.integration import PipelineConfig, run_pipeline
+    g = Group.launch(f"t-spark-p-{os.getpid()}", members=3, timeout=WAIT_S,
+                     metrics_interval_s=0)
+    try:
+        s = run_pipeline(spark_session, g, PipelineConfig(records=3000, customers=500, jobs=150,
+                                                          batch=50, quiet_s=0.3),
+                         say=lambda text: None)
+        assert s["killed"] is not None
+        assert s["output"] == s["unique"] == s["jobs"] == 150 and s["missing"] == 0
+        assert sum(b.duplicates for b in s["batches"]) > 0
+        assert s["moved_keys"] == s["moved_from_killed"] > 0
+        assert len(s["routed"]) == 3 and sum(s["routed"].values()) == 3000
+    finally:
+        g.shutdown()
