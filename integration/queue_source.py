@@ -130,6 +130,10 @@ def acquire_batch(spark: Any, handle: Any, cfg: QueueSourceConfig,
             more = handle.acquire_many(min(cfg.chunk, limit - len(got)), timeout_s=wait)
         except AcquireTimeout:
             more = []
+        except Exception:
+            if not got:
+                raise
+            break  # the batch is what was acquired so far (never left held unprocessed)
         if not more:
             break
         got.extend(more)
@@ -157,7 +161,9 @@ class DedupSink:
     """Parquet output under ``path`` (a local or shared POSIX directory), one directory per
     committed batch (``batch=N``), deduplicated by the ``id_col`` column: ``commit`` drops the
     rows whose id is already in the output (or twice in the batch), writes the rest to a hidden
-    directory and renames it into place (a batch is in the output entirely or not at all)."""
+    directory and renames it into place (a batch is in the output entirely or not at all).
+    One writer at a time per ``path`` (a second one racing for a batch number fails its
+    rename, and its batch is released)."""
 
     def __init__(self, spark: Any, path: str, id_col: str = ID_COL):
         self.spark, self.path, self.id_col = spark, os.path.abspath(path), id_col
@@ -175,20 +181,21 @@ class DedupSink:
 
     def commit(self, df: Any) -> dict:
         """{"batch", "written", "duplicates"}: rows written and rows dropped as duplicates."""
-        total = df.count()
+        df = df.cache()  # the stage's output is computed once
         out = df.dropDuplicates([self.id_col])
         have = self.committed_ids()
         if have is not None:
             out = out.join(have, self.id_col, "left_anti")
         out = out.cache()
-        written = out.count()
         n = (self._batches() or [0])[-1] + 1
         tmp = os.path.join(self.path, f"_tmp-{n}-{uuid.uuid4().hex[:8]}")
         try:
+            total, written = df.count(), out.count()
             out.write.parquet(tmp)
             os.rename(tmp, os.path.join(self.path, f"batch={n}"))
         finally:
             out.unpersist()
+            df.unpersist()
             shutil.rmtree(tmp, ignore_errors=True)
         return {"batch": n, "written": written, "duplicates": total - written}
 

@@ -28,12 +28,15 @@ _groups: dict = {}
 
 def connect(snap: ViewSnapshot) -> None:
     """Connect this process to the snapshot's Ray cluster (no-op when connected)."""
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # stay on loopback
+    local = (snap.gcs_address or "").startswith(("127.", "localhost"))
+    if local:  # a local Ray on loopback: keep this driver on loopback too
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     import ray
     if ray.is_initialized():
         return
-    from ray._private import ray_constants
-    ray_constants.ENABLE_RAY_CLUSTER = False
+    if local:
+        from ray._private import ray_constants
+        ray_constants.ENABLE_RAY_CLUSTER = False
     ray.init(address=snap.gcs_address or "auto", namespace=snap.namespace,
              log_to_driver=False, configure_logging=False, logging_level="WARNING")
 
