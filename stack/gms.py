@@ -34,7 +34,7 @@ from .errors import RaygroupsError
 from .view import Left, MergeView, View, ViewChange, ViewId, view_from_wire, view_to_wire
 
 
-STALE_INFOS = 4  # INFOs of a newer view from our own coordinator before we count as dropped
+STALE_INFOS = 4  # INFOs of a newer view from one member of ours before we count as dropped
 
 
 class SendBlocked(RaygroupsError):
@@ -80,7 +80,10 @@ class GmsConfig:
     retry_jitter_s: float = 0.1
     """When others are joining too, retry discovery after up to this long."""
     view_bundling_s: float = 0.01
-    """Gather join/leave/exclusion requests this long into one view change."""
+    """Gather join/leave/exclusion requests this long into one view change. A request that
+    finds the coordinator idle (no view change within the last ``view_bundling_s``) is
+    handled at once; requests that arrive while a change is in flight, or right after one,
+    are bundled into the next (JGroups' ViewHandler)."""
     view_ack_timeout_s: float = 2.0
     """Wait at most this long for VIEW_ACKs (and for survivors' digests, and for a
     catch-up) before going on."""
@@ -113,6 +116,7 @@ class Gms(Layer):
         self.joins: dict[Address, Any] = {}   # joiner -> physical address
         self.leaves: list[Address] = []
         self.scheduled = False
+        self.settled_at = float("-inf")  # when the last view change finished
         self.acks: Optional[set] = None
         self.ack_view = 0
         self.ack_timer = None
@@ -124,7 +128,7 @@ class Gms(Layer):
         self.drain_deadline = 0.0
         self.drained = False
         self.highest_counter = 0              # no view id is ever created twice
-        self.stale_infos = 0
+        self.stale_infos: dict = {}  # member of our view -> INFOs of a newer view
         self.merger = Merger(self)
         self.flush = Flush(self)
 
@@ -259,7 +263,7 @@ class Gms(Layer):
             self.below.down_event(MergeDigest(merged, [a for a in merged if a not in mine]))
         self.view = view
         self.highest_counter = max(self.highest_counter, view.view_id.id)
-        self.stale_infos = 0
+        self.stale_infos = {}
         self.suspects = set() if isinstance(view, MergeView) else self.suspects & set(view.members)
         if view.view_id.coord != local or self.tmp == [] or isinstance(view, MergeView):
             self.tmp = list(view.members)
@@ -348,7 +352,9 @@ class Gms(Layer):
     def _schedule_view(self) -> None:
         if not self.scheduled and not self.busy:
             self.scheduled = True
-            self.ctx.schedule(self.config.view_bundling_s, self._change_view)
+            wait = self.config.view_bundling_s
+            idle = self.ctx.now() - self.settled_at >= wait
+            self.ctx.schedule(0.0 if idle else wait, self._change_view)
 
     def _change_view(self) -> None:
         self.scheduled = False
@@ -419,6 +425,7 @@ class Gms(Layer):
 
     def _acks_done(self) -> None:
         self.acks = None
+        self.settled_at = self.ctx.now()
         if self.ack_timer is not None:
             self.ack_timer.cancel()
             self.ack_timer = None
@@ -572,11 +579,12 @@ class Gms(Layer):
         if theirs == v.view_id:
             return
         if not self.is_coord:
-            # our coordinator keeps announcing a newer view we never got: we were dropped
-            if ev.is_coord and ev.sender == self.coordinator and v.view_id < theirs:
-                self.stale_infos += 1
-                if self.stale_infos >= STALE_INFOS:
-                    self._become_singleton("our coordinator moved on without us")
+            # a member of our view (our coordinator, or the member next in line when the
+            # coordinator died) keeps announcing a newer view we never got: we were dropped
+            if ev.sender in v and v.view_id < theirs:
+                n = self.stale_infos[ev.sender] = self.stale_infos.get(ev.sender, 0) + 1
+                if n >= STALE_INFOS:
+                    self._become_singleton(f"{ev.sender} moved on to {theirs} without us")
             return
         if ev.sender == self.ctx.local:
             return

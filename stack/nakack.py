@@ -307,9 +307,12 @@ class NakAck(Layer):
         if t is Freeze:
             if ev.view_id is not None and (self.frozen_for is None or self.frozen_for < ev.view_id):
                 self.frozen_for = ev.view_id
+            # a new flush round reports what was delivered (GetDigest) and delivers no
+            # further until its cut: a cut of an abandoned round that raised a limit no
+            # longer counts (its catch-up could deliver beyond the new round's cut)
             for addr in ev.members:
                 w = self.windows.get(addr)
-                if w is not None and w.limit is None:
+                if w is not None:
                     w.limit = w.delivered
             return None
         if t is Catchup:
