@@ -402,6 +402,24 @@ def test_catchup_raises_a_frozen_limit_to_the_cut_and_no_further():
     assert done == [1]
 
 
+def test_a_new_flush_round_freezes_at_what_was_delivered_not_at_an_abandoned_cut():
+    """Round 1's cut raised B's limit to 4 while its catch-up was still fetching; round 1
+    was abandoned and round 2 reported (GetDigest) only what was delivered: round 2's
+    freeze must hold B there, else the old catch-up delivers beyond round 2's cut here
+    and nowhere else (a virtual synchrony violation)."""
+    s = make()
+    s.up(data(s.b, 1))
+    s.down_event(Freeze([s.b], ViewId(s.local, 1)))
+    s.down_event(Catchup({s.b: (4, s.c)}, lambda: None, until_view=True))  # round 1
+    assert s.layer.windows[s.b].limit == 4
+    s.down_event(Freeze([s.b, s.c], ViewId(s.local, 1)))  # round 2 starts
+    assert s.down_event(GetDigest())[s.b] == 1 and s.layer.windows[s.b].limit == 1
+    s.up(data(s.b, 2), data(s.b, 3))  # round 1's retransmissions arrive late
+    assert [m.payload for m in s.above.messages] == ["m1"]
+    s.down_event(Catchup({s.b: (1, s.b)}, lambda: None, until_view=True))  # round 2's cut
+    assert [m.payload for m in s.above.messages] == ["m1"]
+
+
 def test_a_freeze_is_kept_by_a_late_install_of_the_flushed_view_and_thawed_by_a_newer_one():
     s = make()
     s.down_event(Freeze([s.b], ViewId(s.local, 2)))  # flushing view 2, we are still in 1
@@ -565,3 +583,24 @@ def test_retransmission_on_behalf_of_a_member_is_delivered_as_that_member():
     s.up(Message(None, "relayed", 0, {2: [MSG, 1, 1, s.b.uid]}, s.c))
     [m] = s.above.messages
     assert m.sender == s.b and s.down_event(GetDigest())[s.b] == 1
+
+
+def test_internal_multicasts_are_kept_packed_and_retransmitted_intact():
+    """A VIEW of many members decodes into O(N) objects; kept until stable by every member
+    it would cost O(N) memory per view per member. INTERNAL multicasts are kept packed (one
+    bytes object each) and come back whole when retransmitted, own or another's."""
+    from raygroups.stack.nakack import _Packed
+    s = make()
+    big = {5: [3, [[bytes([i]) * 16, f"m{i}"] for i in range(200)], [], None]}
+    s.down(Message(None, b"", INTERNAL, dict(big)))
+    s.down(Message(None, b"app", 0, {}))
+    assert type(s.layer.sent[1]) is _Packed and type(s.layer.sent[2]) is Message
+    s.up(Message(None, b"", INTERNAL, {**big, 2: [MSG, 1, 1]}, s.b))
+    assert type(s.layer.windows[s.b].store[1]) is _Packed
+    s.below.take()
+    s.up(Message(s.local, b"", CONTROL, {2: [XMIT_REQ, [[1, 2]]]}, s.c))  # C: ours
+    s.up(Message(s.local, b"", CONTROL, {2: [XMIT_REQ, [[1, 1]], s.b.uid]}, s.c))  # B's
+    own, app, other = s.below.take()
+    assert own.dest == s.c and own.flags == INTERNAL and own.headers[5] == big[5]
+    assert own.headers[2][:2] == [MSG, 1] and app.payload == b"app"
+    assert other.headers[5] == big[5] and other.headers[2] == [MSG, 1, 1, s.b.uid]
