@@ -6,7 +6,8 @@ they are not failed), freezes delivery from the members being removed (so a late
 a crashed member cannot be delivered here but not elsewhere) and answers FLUSH_OK with its
 view and digest (its own entry: what it sent). The coordinator takes the cut: per sender,
 the highest seqno any survivor holds, and who holds it, and sends it (FLUSH_CUT); every
-member fetches what it misses up to the cut and answers FLUSH_DONE. Only then is the VIEW
+member fetches what it misses up to the cut and answers FLUSH_DONE. (FLUSH_OK names the
+member's view only when it is not the one being flushed: the coordinator has that one.) Only then is the VIEW
 sent (carrying the cut again for anyone who missed a step): members that move together
 from V to V' delivered the same messages in V, and stability in V' cannot purge a message a
 member of V still needed. Sending resumes at install. A member that does not answer is treated as crashed and the flush restarts with the
@@ -48,7 +49,7 @@ class Flush:
         self.counter += 1
         fid = [g.ctx.local.uid, self.counter]
         self.round = {"id": fid, "waiting": set(participants), "views": [], "digests": {},
-                      "on_done": on_done, "t0": g.ctx.now()}
+                      "on_done": on_done, "t0": g.ctx.now(), "view": g.view}
         g.stats["flushes"] += 1
         vid = g.view.view_id
         hdr = [START_FLUSH, fid, [a.uid for a in removed], [vid.coord.uid, vid.id]]
@@ -64,7 +65,9 @@ class Flush:
         if r is None or fid != r["id"] or sender not in r["waiting"]:
             return
         book = self.gms.ctx.book
-        r["views"].append(view_from_wire(vwire, book))
+        # None: the very view being flushed (most members are in it; no need to send N
+        # addresses back to the coordinator, which has them)
+        r["views"].append(r["view"] if vwire is None else view_from_wire(vwire, book))
         r["digests"][sender] = {book.get(uid): int(s) for uid, s in dwire}
         r["waiting"].discard(sender)
         if r["waiting"]:
@@ -137,7 +140,8 @@ class Flush:
         self._block()
         g.below.down_event(Freeze(removed, self.flushed))
         digest = g.below.down_event(GetDigest(sent=True))
-        hdr = [FLUSH_OK, fid, view_to_wire(g.view), [[a.uid, s] for a, s in digest.items()]]
+        vwire = None if g.view.view_id == flushed else view_to_wire(g.view)
+        hdr = [FLUSH_OK, fid, vwire, [[a.uid, s] for a, s in digest.items()]]
         if sender == g.ctx.local:
             self.on_ok(sender, fid, hdr[2], hdr[3])
         else:

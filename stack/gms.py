@@ -26,7 +26,7 @@ from typing import Any, Optional
 from .address import Address
 from .events import (AddPhysical, Catchup, Connect, FindMembers, GetDigest, GetPhysical, Leave,
                      MemberDead, MembershipStatus, MergeDigest, MergeInfo, OwnUnstable,
-                     RunStable, SetDigest, Unsuspect, ViewInstalled)
+                     RunStable, SetDigest, Stability, Unsuspect, ViewInstalled)
 from .gms_merge import Merger
 from .layer import Layer, MALFORMED
 from .message import CONTROL, INTERNAL, Message
@@ -227,21 +227,29 @@ class Gms(Layer):
             return
         if final:
             self.catching_up = True
-            done = {"x": False}
+            # what the install needs, dropped once done: the give-up timer outlives it, and
+            # a view and cut of N members per pending timer add up in a fast series of views
+            todo = [view, final, merged]
 
-            def caught_up() -> None:
-                if done["x"]:
+            def caught_up(reached: bool = True) -> None:
+                if not todo:
                     return
-                done["x"] = True
+                view, final, merged = todo
+                todo.clear()
                 self.catching_up = False
                 self._install(view, merged=merged)
+                if reached:
+                    # the VIEW went out only once every member of the flush held the cut:
+                    # all of it is delivered everywhere, so NAKACK may let it go now rather
+                    # than at the next STABLE round (which a fast series of views resets)
+                    self.below.down_event(Stability({a: s for a, (s, _) in final.items()}))
                 while self.deferred and not self.catching_up:
                     self._on_view(*self.deferred.pop(0))
 
             def give_up() -> None:
-                if not done["x"]:
+                if todo:
                     self.stats["catchup_incomplete"] += 1
-                    caught_up()
+                    caught_up(False)
             self.ctx.schedule(self.config.view_ack_timeout_s, give_up)
             self.below.down_event(Catchup(final, caught_up))
         else:

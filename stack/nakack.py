@@ -10,11 +10,16 @@ digests. The sender keeps its messages until STABLE reports them delivered every
 that buffer is the send window: when it is full the stack reports itself not writable.
 Every multicast carries the sender's view counter; a receiver still in an older view holds it
 until it installed that view, so no member delivers a message of V' while still in V.
+The stack's own multicasts (INTERNAL: views, primary-component states) are kept packed, one
+bytes object each, until stable: a VIEW of N members decodes into O(N) small objects, and
+every member keeps every VIEW of a busy formation until STABLE catches up.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+import msgpack
 
 from .errors import RaygroupsError
 from .events import (Catchup, Freeze, GetDigest, MergeDigest, OwnUnstable, SetDigest,
@@ -49,6 +54,26 @@ class NakAckConfig:
     """Out-of-order messages buffered per sender, and delivered messages kept per sender
     until stable; beyond it out-of-order arrivals are dropped (the sender retransmits) and
     the oldest kept messages evicted (counted)."""
+
+
+class _Packed:
+    """A kept INTERNAL message, packed (``_keep``); ``thaw`` for a retransmission."""
+    __slots__ = ("data",)
+
+    def __init__(self, m: Message):
+        self.data = _pack([m.flags, m.headers, m.payload])
+
+    def thaw(self) -> Message:
+        flags, headers, payload = msgpack.unpackb(self.data, raw=False, strict_map_key=False)
+        return Message(None, payload, flags, headers)
+
+
+_pack = msgpack.Packer(use_bin_type=True).pack
+
+
+def _keep(m: Message):
+    """What a store keeps of a delivered or sent multicast (see the module docstring)."""
+    return _Packed(m) if m.flags & INTERNAL else m
 
 
 class _Window:
@@ -116,7 +141,7 @@ class NakAck(Layer):
                     self.up_event(Writable(self.name, False))
             self.seqno += 1
             msg.headers[2] = [MSG, self.seqno, self.view_counter]
-            self.sent[self.seqno] = msg
+            self.sent[self.seqno] = _keep(msg)
         self.below.down(msg)
 
     # -- up -----------------------------------------------------------------------------
@@ -151,7 +176,7 @@ class NakAck(Layer):
                         if seq > w.highest:
                             w.highest = seq
                         store = w.store
-                        store[seq] = m
+                        store[seq] = _keep(m)
                         if len(store) > self.config.max_pending:
                             del store[next(iter(store))]
                             st["store_evicted"] += 1
@@ -210,7 +235,8 @@ class NakAck(Layer):
         pending, store, vc = w.pending, w.store, self.view_counter
         nxt, top = w.delivered + 1, w.limit
         while nxt in pending and (top is None or nxt <= top) and pending[nxt].headers[2][2] <= vc:
-            store[nxt] = m = pending.pop(nxt)
+            m = pending.pop(nxt)
+            store[nxt] = _keep(m)
             out.append(m)
             nxt += 1
         w.delivered = nxt - 1
@@ -271,6 +297,8 @@ class NakAck(Layer):
         for lo, hi in ranges:
             for s in range(int(lo), int(hi) + 1):
                 m = store.get(s)
+                if type(m) is _Packed:
+                    m = m.thaw()
                 if m is not None:
                     headers = m.headers
                     if not own:

@@ -13,6 +13,14 @@ seed). Application sends are refused outside a primary component: the stack stop
 writable, so channel sends wait (or fail at once with ``block_sends=False``). Every member
 answers ``attributes()`` from the same STATE messages, so the answer is the same everywhere
 (seed FR-1).
+
+Large views (more than ``relay_above`` members) relay the exchange through the view's first
+member: every member unicasts its state to it (REPORT), and once it has them all it
+multicasts them in one STATES message, which every member (itself too) applies as if each
+STATE had come on its own; the same states, the same result. That is O(N) messages per view
+change instead of N multicasts to N members, and each distinct last-primary member list
+travels once, as a difference from the view (usually a few joiners), not once per member.
+REPORTs that arrive before the relay installed the view wait (a few views' worth, bounded).
 """
 from __future__ import annotations
 
@@ -26,8 +34,10 @@ from .layer import Layer
 from .message import INTERNAL, Message
 from .view import ViewChange
 
-STATE = 0
+STATE, REPORT, STATES = 0, 2, 3
 _BYTES = {bytes}
+_INTS = {int}
+EARLY_ROUNDS = 4  # views whose early REPORTs a relay keeps
 ONLINE, IN_PROGRESS, OFFLINE, SERVING_DONOR = "ONLINE", "IN_PROGRESS", "OFFLINE", "SERVING_DONOR"
 
 
@@ -47,6 +57,10 @@ class PrimaryConfig:
     and counted (they arrive only from members that finished the round early)."""
     attributes: dict = field(default_factory=dict)
     """Extra attributes this member announces (merged with address, port, status)."""
+    relay_above: int = 32
+    """Views with more members than this relay the state exchange through their first
+    member (O(N) messages per view change, one hop more); smaller ones exchange as seed 002
+    says, every member multicasting its state (N^2 deliveries, no relay). 0: always relay."""
 
 
 class Primary(Layer):
@@ -61,7 +75,8 @@ class Primary(Layer):
         self.round: Optional[dict] = None
         self.held: list = []
         self.primary: Optional[bool] = None
-        self.attrs: dict = {}                 # member -> attributes of the last round
+        self.attrs: tuple = ({}, 0)           # the last round's states and highest pid
+        self.early: dict = {}                 # relay: vid -> {sender: REPORT} before its round
 
     # -- the state exchange ------------------------------------------------------------------
     def up_event(self, ev: Any) -> Any:
@@ -90,6 +105,16 @@ class Primary(Layer):
         attrs = {"address": phys[0] if phys else None, "port": phys[1] if phys else None,
                  "status": self.status, **self.config.attributes}
         extra = self.above.up_event(CollectExchange({}))  # layers above add their state
+        if len(view) > self.config.relay_above:
+            relay = view.members[0]
+            self.round["relay"] = relay
+            hdr = [REPORT, vid, self.last_pid, self._delta(view), attrs, extra or {}]
+            if relay == self.ctx.local:
+                self.round["reports"] = self.early.pop(tuple(vid), {})
+                self._on_report(relay, vid, hdr[2], hdr[3], attrs, hdr[5])
+            else:
+                self.below.down(Message(relay, b"", INTERNAL, {9: hdr}))
+            return
         self.below.down(Message(None, b"", INTERNAL,
                                 {9: [STATE, vid, self.last_pid, self.last_members, attrs,
                                      extra or {}]}))
@@ -105,13 +130,20 @@ class Primary(Layer):
                 self._pass(out)
                 out = []
             try:
+                if h[0] == STATES:
+                    self._on_states(h[1], h[2], h[3])
+                    continue
                 typ, vid, pid, members, attrs, extra = h
+                if typ == REPORT and type(pid) is int and type(attrs) is dict \
+                        and type(extra) is dict:
+                    self._on_report(m.sender, vid, pid, members, attrs, extra)
+                    continue
                 if typ != STATE or type(pid) is not int or type(attrs) is not dict \
                         or type(extra) is not dict or type(members) is not list \
                         or not set(map(type, members)) <= _BYTES:
                     raise ValueError("not a STATE")
                 self._on_state(m.sender, vid, pid, list(members), attrs, extra)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, IndexError, KeyError):
                 self.malformed()
         if out:
             self._pass(out)
@@ -134,6 +166,86 @@ class Primary(Layer):
         if not r["awaited"]:
             self._finish()
 
+    # -- the relayed exchange (views larger than relay_above) -------------------------------
+    def _delta(self, view) -> Optional[list]:
+        """Our last primary's members as a difference from ``view``: [indices of the view's
+        members not in it, uids in it but not in the view]; None when there is none."""
+        if not self.last_members:
+            return None
+        last = set(self.last_members)
+        absent = [i for i, a in enumerate(view.members) if a.uid not in last]
+        uids = {a.uid for a in view.members}
+        return [absent, [u for u in self.last_members if u not in uids]]
+
+    @staticmethod
+    def _undelta(view, delta) -> list:
+        """The uid list a ``_delta`` describes (raises TypeError/ValueError/IndexError when
+        it is malformed)."""
+        if delta is None:
+            return []
+        absent, extra = delta
+        if type(absent) is not list or type(extra) is not list \
+                or not set(map(type, absent)) <= _INTS or not set(map(type, extra)) <= _BYTES:
+            raise ValueError("last-primary delta")
+        n = len(view.members)
+        if absent and not 0 <= min(absent) <= max(absent) < n:
+            raise IndexError("last-primary delta")
+        skip = set(absent)
+        return [a.uid for i, a in enumerate(view.members) if i not in skip] + extra
+
+    def _on_report(self, sender, vid, pid: int, delta, attrs: dict, extra: dict) -> None:
+        """The relay: one member's state. Once every member's is in, multicast them all."""
+        r = self.round
+        if r is None or vid != r["vid"]:
+            if r is None or _newer(vid, r["vid"]):  # the relay has not installed it yet
+                early = self.early.setdefault(tuple(vid), {})
+                early[sender] = (pid, delta, attrs, extra)
+                while len(self.early) > EARLY_ROUNDS:
+                    del self.early[min(self.early, key=lambda v: v[1])]
+            else:
+                self.stats["stale_states"] += 1
+            return
+        if r.get("relay") != self.ctx.local or sender not in r["change"].view:
+            self.stats["stale_states"] += 1
+            return
+        reports = r["reports"]
+        reports[sender] = (pid, delta, attrs, extra)
+        view = r["change"].view
+        if len(reports) < len(view) or any(a not in reports for a in view.members):
+            return
+        deltas, entries = [], []
+        for a in view.members:
+            pid, delta, attrs, extra = reports[a]
+            if delta in deltas:
+                k = deltas.index(delta)
+            else:
+                k = len(deltas)
+                deltas.append(delta)
+            entries.append([pid, k, attrs, extra])
+        r["reports"] = {}
+        self.stats["states_relayed"] += 1
+        self.below.down(Message(None, b"", INTERNAL, {9: [STATES, vid, entries, deltas]}))
+
+    def _on_states(self, vid, entries, deltas) -> None:
+        """Every member's state, relayed: applied as if each STATE had come on its own."""
+        r = self.round
+        if r is None or vid != r["vid"] or "relay" not in r:
+            self.stats["stale_states"] += 1
+            return
+        view = r["change"].view
+        if type(entries) is not list or type(deltas) is not list or len(entries) != len(view):
+            raise ValueError("STATES")
+        lists = [self._undelta(view, d) for d in deltas]  # each distinct list once
+        states = {}
+        for a, (pid, k, attrs, extra) in zip(view.members, entries):
+            if type(pid) is not int or type(attrs) is not dict or type(extra) is not dict \
+                    or type(k) is not int or not 0 <= k < len(lists):
+                raise ValueError("STATES entry")
+            states[a] = (pid, lists[k], attrs, extra)
+        r["states"] = states
+        r["awaited"] = set()
+        self._finish()
+
     def _finish(self) -> None:
         r, self.round = self.round, None
         view = r["change"].view
@@ -145,14 +257,16 @@ class Primary(Layer):
             if max_pid == 0:
                 quorate = 2 * len(view) > self.config.expected_size
             else:
-                present = sum(1 for m in view.members if m.uid in set(last))
-                quorate = 2 * present > len(last)
+                last_set = set(last)
+                present = sum(1 for m in view.members if m.uid in last_set)
+                quorate = 2 * present > len(last_set)
             # max + 1 (seed 002), but never below the view's own counter: a member whose
             # round for an earlier view was interrupted may not know that view became
             # primary elsewhere, and view counters only grow along a primary lineage
             pid = max(max_pid + 1, view.view_id.id) if quorate else 0
-            self.attrs = {a: dict(s[2], primary_id=s[0], joiner=s[0] < max_pid)
-                          for a, s in states.items()}
+            # kept as received; ``attributes()`` builds its answer when asked (a dict per
+            # member per member and view would be N^2 small objects in a large group)
+            self.attrs = (states, max_pid)
         if states:
             self.above.up_event(ExchangeResult({a: st[3] for a, st in states.items()}))
         if quorate:
@@ -184,11 +298,21 @@ class Primary(Layer):
     # -- queries ----------------------------------------------------------------------------
     def down_event(self, ev: Any) -> Any:
         if type(ev) is MemberAttributes:
-            return dict(self.attrs)
+            states, max_pid = self.attrs
+            return {a: dict(s[2], primary_id=s[0], joiner=s[0] < max_pid)
+                    for a, s in states.items()}
         if type(ev) is SetStatus:
             self.status = ev.status
             return None
         return self.below.down_event(ev)
+
+
+def _newer(vid, than) -> bool:
+    """View ids on the wire ([coord uid, counter]) compare by counter, then coordinator."""
+    try:
+        return (vid[1], vid[0]) > (than[1], than[0])
+    except (TypeError, IndexError):
+        return False
 
 
 @dataclass

@@ -1,7 +1,9 @@
 """STABLE: agree on what every member has delivered, then let NAKACK purge (seed 003).
 
 Each member multicasts its delivered digest every ``desired_avg_gossip_s`` (or after
-``max_bytes`` delivered). Receivers merge digests by minimum and strike the sender off a
+``max_bytes`` delivered); in views larger than ``coord_only_above`` it sends it to the
+coordinator only (JGroups' ``send_stable_msgs_to_coord_only``), which alone hears from
+everyone and multicasts STABILITY: N messages per round instead of N^2. Receivers merge digests by minimum and strike the sender off a
 heard-from list; a digest for another membership resets the round (no unilateral action).
 When everyone has been heard from, one member (after a random stagger, cancelled by the
 first STABILITY it hears) multicasts the agreed digest as STABILITY, and every member
@@ -29,6 +31,10 @@ class StableConfig:
     """Gossip early once this many payload bytes were delivered since the last gossip."""
     stability_delay_s: float = 0.005
     """Upper bound of the random stagger before sending STABILITY."""
+    coord_only_above: int = 32
+    """Views with more members than this send digests to the coordinator only (one unicast
+    each, the coordinator multicasts STABILITY); smaller ones multicast them, so any member
+    can complete a round (no single collector). 0: always to the coordinator."""
 
 
 class Stable(Layer):
@@ -54,7 +60,8 @@ class Stable(Layer):
         d = self.below.down_event(GetDigest())
         seqnos = [d.get(m, 0) for m in self.members]
         self.stats["gossips_sent"] += 1
-        self.below.down(Message(None, b"", CONTROL, {4: [GOSSIP, self.vid, seqnos]}))
+        dest = self.members[0] if len(self.members) > self.config.coord_only_above else None
+        self.below.down(Message(dest, b"", CONTROL, {4: [GOSSIP, self.vid, seqnos]}))
 
     def up(self, batch: list) -> None:
         out = []

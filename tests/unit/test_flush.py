@@ -225,9 +225,16 @@ def test_member_answers_start_flush_blocks_freezes_and_reports_view_and_digest()
     assert GetDigest(sent=True) in s.below.events
     [ok] = sent(s, FLUSH_OK)
     assert ok.dest == s.a and ok.flags == INTERNAL
-    assert hdr(ok) == [FLUSH_OK, fid, view_to_wire(s.gms.view), wire_digest(s.digest)]
+    # our view is the one being flushed (ViewId(A, 5)): the coordinator has it, so it is
+    # not sent back; a member in another view sends its view in full
+    assert s.gms.view.view_id == ViewId(s.a, 5)
+    assert hdr(ok) == [FLUSH_OK, fid, None, wire_digest(s.digest)]
     s.up(start_flush(s, s.a, fid, removed=[s.c]))  # a retry: answered again, blocked once
     assert len(sent(s, FLUSH_OK)) == 2 and writable(s) == [False]
+    s.below.take()
+    s.up(start_flush(s, s.a, [s.a.uid, 5], removed=[], vid=[s.a.uid, 4]))
+    [ok] = sent(s, FLUSH_OK)
+    assert hdr(ok)[2] == view_to_wire(s.gms.view)
 
 
 def test_application_sends_are_held_during_a_flush_and_go_out_after_the_new_view():

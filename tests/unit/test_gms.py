@@ -672,3 +672,21 @@ def test_unclaimed_internal_messages_stop_at_the_top():
     app = Message(None, b"app", 0, {}, s.a)
     s.up(Message(None, b"stack", INTERNAL, {}, s.a), app)
     assert s.host.delivered == [[app]]
+
+
+def test_a_view_after_a_flush_makes_its_cut_stable():
+    """The VIEW goes out only once every member of the flush held the cut, so at install
+    NAKACK may purge up to it (a fast series of views resets STABLE's rounds, and every
+    member would keep every VIEW of a large group's formation)."""
+    from raygroups.stack.events import Stability
+    s = member()
+    a, c = s.a, s.c
+    newer = View(ViewId(a, 6), (a, s.local, c))
+    cut = [[a.uid, 7, a.uid], [s.local.uid, 3, s.local.uid], [c.uid, 2, a.uid]]
+    s.up(Message(None, b"", INTERNAL, {5: [VIEW, view_to_wire(newer), [], cut]}, a))
+    assert views(s)[-1] == newer
+    [st] = s.below.events_of(Stability)
+    assert st.digest == {a: 7, s.local: 3, c: 2}
+    # a view without a cut (a join response, or a VIEW with nothing to catch up) does not
+    s.up(Message(None, b"", INTERNAL, {5: view_hdr(View(ViewId(a, 7), (a, s.local, c)))}, a))
+    assert len(s.below.events_of(Stability)) == 1

@@ -158,3 +158,26 @@ def test_malformed_headers_are_counted_never_raised(header):
     assert s.layer.stats["malformed_header"] == 1
     assert s.below.events_of(Stability) == []
     assert [m.payload for m in s.above.messages] == [b"app"]
+
+
+def test_large_views_send_digests_to_the_coordinator_which_alone_sends_stability():
+    # coord_only_above=2: the 3-member view counts as large
+    s = make({}, coord_only_above=2)
+    s.advance(1.0)
+    [g] = of_type(s.below.sent, GOSSIP)
+    assert g.dest == s.local and g.flags == CONTROL  # we are members[0], the coordinator
+    s.below.take()
+    s.up(gossip(s, s.local, [5, 3, 4]), gossip(s, s.b, [4, 3, 9]), gossip(s, s.c, [6, 2, 4]))
+    s.advance(0.01)
+    [st] = of_type(s.below.sent, STABILITY)
+    assert st.dest is None and st.headers[4] == [STABILITY, s.vid, [4, 2, 4]]
+    # a member that is not the coordinator sends its digest to it, and applies STABILITY
+    m = make({}, coord_only_above=2)
+    view = View(ViewId(m.b, 4), (m.b, m.local, m.c))
+    m.down_event(ViewInstalled(view))
+    m.vid = [m.b.uid, 4]
+    m.advance(1.0)
+    assert {x.dest for x in of_type(m.below.sent, GOSSIP)} == {m.b}
+    m.up(stability(m, m.b, [1, 2, 3]))
+    [ev] = m.below.events_of(Stability)
+    assert ev.digest == {m.b: 1, m.local: 2, m.c: 3}
