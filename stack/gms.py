@@ -548,10 +548,14 @@ class Gms(Layer):
         elif typ == FLUSH_DONE:
             self.flush.on_done(sender, h[1])
         elif typ == NOT_MEMBER:
+            # [NOT_MEMBER, their view, the view of ours they heard of]: only about the view
+            # we are in now (an INFO of ours that waited in a socket while its receiver was
+            # stopped must not exclude us from the view we have since moved to)
             v = self.view
             theirs = ViewId(book.get(h[1]), int(h[2]))
+            about = ViewId(book.get(h[3]), int(h[4]))
             if self.state is State.MEMBER and v is not None and self.ctx.local in v \
-                    and v.view_id < theirs:
+                    and v.view_id < theirs and v.view_id == about:
                 self._become_singleton("told we are not a member")
         elif typ in (MERGE_REQ, MERGE_RSP, INSTALL_MERGE):
             self.merger.handle(sender, typ, h)
@@ -603,7 +607,8 @@ class Gms(Layer):
             self.merger.candidate(ev.sender, ev.is_coord)
         elif ev.coord in v and theirs < v.view_id:
             # it still thinks it belongs to our view: tell it it was excluded
-            self._send(ev.sender, [NOT_MEMBER, v.view_id.coord.uid, v.view_id.id])
+            self._send(ev.sender, [NOT_MEMBER, v.view_id.coord.uid, v.view_id.id,
+                                   ev.coord.uid, ev.counter])
 
     def down(self, msg: Message) -> None:
         if self.flush.blocked and not msg.flags & INTERNAL:

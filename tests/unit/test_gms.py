@@ -554,10 +554,13 @@ def test_a_member_excluded_while_alive_forms_a_singleton_view():
 
 def test_not_member_from_a_newer_view_makes_a_singleton_an_older_one_is_ignored():
     s = member()
-    s.up(Message(s.local, b"", INTERNAL, {5: [NOT_MEMBER, s.a.uid, 5]}, s.a))  # same view
-    s.up(Message(s.local, b"", INTERNAL, {5: [NOT_MEMBER, s.a.uid, 4]}, s.a))
+    about = [s.a.uid, 5]  # our view, as the sender heard of it
+    s.up(Message(s.local, b"", INTERNAL, {5: [NOT_MEMBER, s.a.uid, 5, *about]}, s.a))  # same
+    s.up(Message(s.local, b"", INTERNAL, {5: [NOT_MEMBER, s.a.uid, 4, *about]}, s.a))
+    # about a view we already left (our INFO waited while the sender was stopped)
+    s.up(Message(s.local, b"", INTERNAL, {5: [NOT_MEMBER, s.a.uid, 8, s.a.uid, 4]}, s.a))
     assert len(views(s)) == 1
-    s.up(Message(s.local, b"", INTERNAL, {5: [NOT_MEMBER, s.a.uid, 8]}, s.a))
+    s.up(Message(s.local, b"", INTERNAL, {5: [NOT_MEMBER, s.a.uid, 8, *about]}, s.a))
     assert views(s)[-1].members == (s.local,)
     assert views(s)[-1].view_id.id == 6 and s.gms.stats["excluded"] == 1
 
@@ -597,7 +600,7 @@ def test_the_coordinator_tells_a_stale_former_member_it_was_excluded():
     x = s.addr("X")
     s.gms.up_event(MergeInfo(x, s.local, 1, False))  # X still believes in our view 1
     [nm] = sent(s, NOT_MEMBER)
-    assert nm.dest == x and hdr(nm) == [NOT_MEMBER, s.local.uid, 2]
+    assert nm.dest == x and hdr(nm) == [NOT_MEMBER, s.local.uid, 2, s.local.uid, 1]
     s.gms.up_event(MergeInfo(s.addr("Y"), s.addr("Z"), 1, False))  # someone else's view
     assert len(sent(s, NOT_MEMBER)) == 1 and s.gms.merger.sightings == {}
 
