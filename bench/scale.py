@@ -1,6 +1,7 @@
 """Scale in the simulator: gossip and views membership at 100, 300 and 1,000 members.
 
     python bench/scale.py                    # gossip 100/300/1000, views 100/300 (~30-60 min)
+    python bench/scale.py --modes views --sizes 1000 --views-max 1000 --rumor-seeds 1 --rumors 20
     python bench/scale.py --quick            # gossip 100/300, views 100, fewer rumors
     python bench/scale.py --sizes 1000 --modes gossip --rumor-seeds 1 --rumors 1000
     python bench/scale.py --json scale.json
@@ -14,10 +15,13 @@ log2(2N)+1 rounds rests on ``rumors x seeds`` trials (target: >= 99.9%; by defau
 trials per size in gossip mode: 100 rumors x 10 seeds, 500 x 2 at 1,000 members; views
 mode: 100 x 3 at 100 members, 100 x 1 beyond).
 
-Views mode is bounded by ``--views-max`` (default 100): agreed views cost O(N^2) datagrams per
-view change and per STABLE interval (every member multicasts its STABLE digest, and its state
-for the primary-component exchange, each O(N) long), which the simulator has to deliver one
-by one; the run prints what a larger size would cost instead of starting it.
+Views mode is bounded by ``--views-max`` (default 300). Steady state costs O(N) datagrams
+per round above 32 members (STABLE digests go to the coordinator, the primary-component state
+is relayed by the first member), but every view change still hands each member O(N)-long
+messages (VIEW, the flush's cut, the relayed states) and has each layer rebuild its per-member
+tables: O(N^2) work per view change, and a formation has O(N) of them, so formation grows as
+N^3 in the simulator (300 members: about 70 s wall; 1,000: about 30-45 min). Sizes above the
+bound print what they would cost instead of starting.
 """
 from __future__ import annotations
 
@@ -80,18 +84,16 @@ def run_size(n: int, mode: str, args) -> dict:
 
 
 def views_cost_note(n: int, measured: list) -> str:
-    """What a views-mode run at n would cost, extrapolated from the sizes run (O(N^2) per
-    simulated second of steady state, from the measured wall time per simulated second)."""
+    """What a views-mode run at n would cost, extrapolated from the largest size run: the
+    formation's wall time grows as N^3 (O(N) view changes of O(N^2) work each)."""
     if not measured:
         return f"views mode at {n} members not run (--views-max)"
     last = max(measured, key=lambda r: r["members"])
-    per_s = last["wall_per_simulated_s"] * (n / last["members"]) ** 2
+    form = last["wall_formation_s"] * (n / last["members"]) ** 3
     return (f"views mode at {n} members not run (--views-max {last['members']}): at "
-            f"{last['members']} members one simulated second of steady state took "
-            f"{last['wall_per_simulated_s']:.1f} s wall and grows as N^2 (every member's "
-            f"STABLE digest and primary-exchange state go to every member), so about "
-            f"{per_s:.0f} s wall per simulated second at {n}, and O(N^2) deliveries per view "
-            f"change on top")
+            f"{last['members']} members the formation took {last['wall_formation_s']:.0f} s "
+            f"wall and grows as N^3 (O(N) view changes, each handing every member O(N)-long "
+            f"messages), so about {form / 60:.0f} min for the formation alone at {n}")
 
 
 def fmt(v, d=2) -> str:
@@ -177,7 +179,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--sizes", help="comma list (default 100,300,1000; quick 100,300)")
     ap.add_argument("--modes", default="gossip,views")
-    ap.add_argument("--views-max", type=int, default=100)
+    ap.add_argument("--views-max", type=int, default=300)
     ap.add_argument("--rumors", type=int, help="rumors per run (default 100, 500 at 1,000 "
                     "members and more; quick 30)")
     ap.add_argument("--rumor-seeds", type=int,
@@ -208,7 +210,7 @@ def main(argv=None) -> int:
                 continue
             if args.quick:
                 args.rumor_seeds = seeds_arg or (1 if n >= 1000 or mode == "views" else 3)
-            elif mode == "views":  # (every simulated second costs O(N^2) deliveries)
+            elif mode == "views":  # (formation costs O(N^3) in the simulator)
                 args.rumor_seeds = seeds_arg or (3 if n <= 100 else 1)
             else:
                 args.rumor_seeds = seeds_arg or (2 if n >= 1000 else 10)

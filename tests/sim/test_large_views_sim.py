@@ -95,3 +95,21 @@ def test_relayed_state_exchange_and_coordinator_stable_keep_seed_002(sim_seed):
     assert len({m.view.primary_id for m in live}) == 1
     # NAKACK purged: stability came through the coordinator-only STABLE rounds
     assert all(m.stack.layer("stable").stats["stability_received"] > 0 for m in live)
+
+
+@pytest.mark.seeds(1)
+def test_views_mode_traffic_per_member_and_round_does_not_grow_with_n(sim_seed):
+    """Views mode at 30 members (below the 32-member thresholds: all-to-all STABLE) and at
+    120 (above: STABLE digests to the coordinator): per member and round, the datagrams
+    sent and received stay flat (they grew with N: 39 received at 30 members, 134 at 120,
+    380 at 300, before)."""
+    from raygroups.stack.sim_scale import simulate
+    small = simulate(30, "views", seed=sim_seed, rumors=0, storm=0, crash=False,
+                     traffic_rounds=5)
+    large = simulate(120, "views", seed=sim_seed, rumors=0, storm=0, crash=False,
+                     traffic_rounds=5)
+    for key in ("steady_sent_per_member_round", "steady_received_per_member_round"):
+        assert 0 < large[key] <= 1.5 * small[key], \
+            f"{key}: {small[key]} at 30 members, {large[key]} at 120; " \
+            f"reproduce with --sim-seed={sim_seed}"
+    assert large["errors"] == 0
