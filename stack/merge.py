@@ -3,16 +3,20 @@
 Every member announces its view id in an INFO message every ``info_interval_s`` (jittered),
 to the discovery targets (the multicast group, or every static host), so that members who
 are not in each other's views, even ones SWIM declared dead, still hear of each other.
+Without multicast, the announcement also goes to the members of earlier views that are no
+longer in ours (for ``remember_s``): a member excluded while alive, or the coordinator of
+the other side of a partition, need not be among the static hosts.
 Received INFOs go up to GMS, which decides: a coordinator of another view is a merge
 candidate; a member that believes it belongs to our view but is not in it is told so.
 """
 from __future__ import annotations
 
+import collections
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .events import DiscoveryTargets, EmitTo, MergeInfo, ViewInstalled
-from .layer import Layer
+from .events import DiscoveryTargets, EmitTo, GetPhysical, MergeInfo, ViewInstalled
+from .layer import MCAST, Layer
 from .message import CONTROL, Message
 from .view import View
 
@@ -23,6 +27,11 @@ INFO = 0
 class MergeConfig:
     info_interval_s: float = 0.5
     """Period of INFO announcements. Shorter finds partitions to merge sooner."""
+    remember_s: float = 300.0
+    """Members of earlier views that are not in ours are announced to this long (without
+    multicast): a partition that lasted longer merges only through the static hosts."""
+    max_remembered: int = 256
+    """At most this many such members are remembered (the most recent ones)."""
 
 
 class MergeDetector(Layer):
@@ -32,6 +41,7 @@ class MergeDetector(Layer):
     def __init__(self, config: MergeConfig):
         super().__init__(config)
         self.view: Optional[View] = None
+        self.gone: collections.OrderedDict = collections.OrderedDict()  # addr -> when it left
 
     def start(self) -> None:
         self.ctx.every(self.config.info_interval_s, self._announce, jitter=0.3)
@@ -41,9 +51,24 @@ class MergeDetector(Layer):
         if v is None or self.ctx.local not in v:
             return
         hdr = [INFO, v.view_id.coord.uid, v.view_id.id, v.coordinator == self.ctx.local]
-        for target in self.below.down_event(DiscoveryTargets()) or ():
+        targets = list(self.below.down_event(DiscoveryTargets()) or ())
+        if MCAST not in targets:
+            targets += [p for p in self._remembered() if p not in targets]
+        for target in targets:
             self.below.down_event(EmitTo(target, Message(None, b"", CONTROL, {6: list(hdr)})))
         self.stats["info_sent"] += 1
+
+    def _remembered(self) -> list:
+        """Physical addresses of the members that left our view within ``remember_s``."""
+        horizon = self.ctx.now() - self.config.remember_s
+        while self.gone and next(iter(self.gone.values())) < horizon:
+            self.gone.popitem(last=False)
+        out = []
+        for addr in self.gone:
+            phys = self.below.down_event(GetPhysical(addr))
+            if phys is not None:
+                out.append(tuple(phys))
+        return out
 
     def up(self, batch: list) -> None:
         self.up_control(batch, self._handle)
@@ -57,5 +82,14 @@ class MergeDetector(Layer):
 
     def down_event(self, ev: Any) -> Any:
         if type(ev) is ViewInstalled:
+            now, members = self.ctx.now(), set(ev.view.members)
+            for addr in (ev.previous.members if ev.previous is not None else ()):
+                if addr not in members and addr != self.ctx.local:
+                    self.gone[addr] = now
+                    self.gone.move_to_end(addr)
+            for addr in members:
+                self.gone.pop(addr, None)
+            while len(self.gone) > self.config.max_remembered:
+                self.gone.popitem(last=False)
             self.view = ev.view
         return self.below.down_event(ev)

@@ -5,6 +5,7 @@ per-sender order without duplicates across merges; no member excluded while reac
 <= 10% loss; nothing a survivor delivered from a crashed member is missing at the others."""
 import pytest
 
+from raygroups.stack import StackConfig
 from raygroups.stack.sim import Simulation, SimOptions
 
 from .history import History
@@ -128,3 +129,30 @@ def test_coordinator_crash_loses_nothing_a_survivor_delivered(sim_seed):
         d = h.delivered_by(m)
         for s in survivors:
             assert d[s.address.uid] == list(range(1, h.counters[s.address.uid] + 1))
+
+
+@pytest.mark.seeds(5)
+def test_static_discovery_merges_members_missing_from_the_host_list(sim_seed):
+    """Static discovery lists only m0, which then leaves. m3 is cut off until the others
+    exclude it (a singleton view at m3); after the heal, neither side's coordinator is a
+    static host, yet INFO announcements to the members of earlier views bring them back
+    into one view."""
+    sim = Simulation(sim_seed)
+    cfg = StackConfig.local(initial_hosts=[("10.0.0.0", 7800)])
+    m0 = sim.add_member("g", "m0", cfg)
+    sim.run_until(lambda: m0.view is not None, 5, "founding")
+    members = [m0]
+    for i in range(1, 4):
+        members.append(sim.add_member("g", f"m{i}", cfg))
+        sim.run_until(lambda: one_view(members), 10, f"m{i} joins")
+    m0.leave()
+    rest = members[1:]
+    sim.run_until(lambda: all(m.view is not None and len(m.view.members) == 3 for m in rest),
+                  10, "a view without m0")
+    m1, m2, m3 = rest
+    sim.partition([m1, m2], [m3])
+    sim.run_until(lambda: m3.view.members == (m3.address,)
+                  and set(m1.view.members) == {m1.address, m2.address}, 30, "m3 excluded")
+    sim.heal()
+    sim.run_until(lambda: one_view(rest), 30, "one view after the heal")
+    assert {a.name for a in m1.view.members} == {"m1", "m2", "m3"}
