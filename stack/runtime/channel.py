@@ -69,7 +69,8 @@ class Channel:
         self.stack = cfg.build(self.cluster, self.name, self.runtime, rng, uid=uid)
         if self._state_handlers != (None, None):
             self.stack.layer("state_transfer").handlers(*self._state_handlers)
-        self.runtime.attach(self.stack, self._on_event, self._on_messages)
+        self.runtime.attach(self.stack, self._on_event, self._on_messages,
+                            auth=self.stack.transport.auth)
         self.stack.start()
         self.stack.connect()
         try:

@@ -79,6 +79,7 @@ class Runtime:
         if lsock is not None:
             self.tcp = tcp.Tcp(loop, lsock, self.local_phys, cfg.tcp_max_queued, self.stats,
                                self._unattached)
+            self.tcp.secure_pending = cfg.cluster_key is not None  # until attach()
             await self.tcp.start()
 
     def _unicast(self, port: int):
@@ -102,11 +103,15 @@ class Runtime:
         raise OSError(f"no port free for both TCP and UDP on {cfg.bind_addr}")
 
     def attach(self, stack: Any, on_event: Callable[[Any], None],
-               on_messages: Callable[[list], None]) -> None:
+               on_messages: Callable[[list], None], auth: Any = None) -> None:
+        """``auth``: the stack transport's Auth when it has a cluster key (TCP hellos are
+        then sealed and checked with it)."""
         self.on_event, self.on_messages = on_event, on_messages
         for part in (self.udp, self.tcp):
             if part is not None:
                 part.receive = stack.receive
+        if self.tcp is not None and auth is not None:
+            self.tcp.secure(auth)
 
     def _unattached(self, data: bytes, src: Any) -> None:
         self.stats["dropped_unattached"] += 1

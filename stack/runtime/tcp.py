@@ -3,7 +3,9 @@ per peer pair.
 
 The connecting side's first frame is a hello carrying its listen address, which names the
 connection on both sides (``src`` of received frames is the peer's listen address, never
-an ephemeral port). When both sides connect at once, the connection initiated by the side
+an ephemeral port). With a cluster key the hello is sealed like every packet (and
+replay-checked): a connection that cannot authenticate is closed before it can take over
+the route to a member (counted as tcp_bad_hello). When both sides connect at once, the connection initiated by the side
 with the lower listen address wins: the other side moves its unsent frames over and closes
 its own connection gracefully, so frames it already wrote are still read by the peer.
 """
@@ -79,7 +81,7 @@ class Conn(asyncio.Protocol):
         if self.tcp.paused:
             transport.pause_reading()
         if self.outgoing:
-            transport.write(frame(self.tcp.hello))
+            transport.write(frame(self.tcp.sealed_hello()))
             if self.pending:
                 transport.writelines(self.pending)
                 self.pending, self.pending_bytes = [], 0
@@ -160,6 +162,8 @@ class Tcp:
         self.lsock = lsock
         self.local = local
         self.hello = HELLO + msgpack.packb(list(local))
+        self.auth = None  # the stack's Auth, when it has a cluster key (``secure``)
+        self.secure_pending = False  # a key is configured but the stack is not attached yet
         self.max_queued = max_queued
         self.stats = stats
         self.receive = receive
@@ -193,7 +197,24 @@ class Tcp:
             conn.closed = True
             self.forget(conn)
 
+    def secure(self, auth: Any) -> None:
+        """Seal our hellos and accept only sealed ones (``auth``: the transport's Auth)."""
+        self.auth, self.secure_pending = auth, False
+
+    def sealed_hello(self) -> bytes:
+        return self.hello if self.auth is None else self.auth.seal(self.hello)
+
     def hello_received(self, conn: Conn, body: bytes) -> None:
+        if self.secure_pending:
+            conn.fail("tcp_bad_hello")  # a key is set but not yet in place: refuse
+            return
+        if self.auth is not None:
+            try:
+                _uid, opened = self.auth.open(body)
+            except Exception:  # AuthError: unauthenticated, wrong key, replayed
+                conn.fail("tcp_bad_hello")
+                return
+            body = bytes(opened)
         peer = parse_hello(body)
         if peer is None:
             conn.fail("tcp_bad_hello")

@@ -6,6 +6,7 @@ import struct
 import msgpack
 import pytest
 
+from raygroups.stack.auth import Auth
 from raygroups.stack.layer import MCAST
 from raygroups.stack.runtime import Runtime
 from raygroups.stack.runtime.tcp import HELLO
@@ -59,13 +60,13 @@ async def until(cond, timeout=5.0):
     return True
 
 
-async def runtime(kind="udp", use_mcast=False, mcast_port=None, **kw):
+async def runtime(kind="udp", use_mcast=False, mcast_port=None, auth=None, **kw):
     cfg = TransportConfig(kind=kind, mcast_addr=GROUP, mcast_port=mcast_port or free_udp_port(),
                           **kw)
     rt = Runtime(cfg, use_mcast)
     await rt.start()
     sink = Sink()
-    rt.attach(sink, lambda ev: None, lambda batch: None)
+    rt.attach(sink, lambda ev: None, lambda batch: None, auth=auth)
     return rt, sink
 
 
@@ -217,6 +218,36 @@ def test_tcp_bad_hello_closes_the_connection(run):
         writer.close()
         assert b.stats["tcp_bad_hello"] == 1 and not sb.got
         await close(b)
+    run(main())
+
+
+def test_tcp_hellos_are_sealed_with_a_cluster_key(run):
+    """With a key, a connection whose hello is not sealed with it (plain, wrong key, or a
+    replay of a real one) is closed before it can name itself after a member; members
+    holding the key connect as usual."""
+    key = b"k" * 32
+
+    def auth(uid):
+        return Auth(key, "hmac", uid)
+
+    async def main():
+        (a, sa) = await runtime("tcp", cluster_key=key, auth=auth(b"A" * 16))
+        (b, sb) = await runtime("tcp", cluster_key=key, auth=auth(b"B" * 16))
+        a.emit(b.local_phys, b"a->b")
+        assert await until(lambda: sb.got)
+        assert sb.got == [(b"a->b", a.local_phys)] and b.stats["tcp_bad_hello"] == 0
+        plain = HELLO + msgpack.packb(list(a.local_phys))  # claims to be a
+        wrong = Auth(b"x" * 32, "hmac", b"X" * 16).seal(plain)
+        replayed = auth(b"A" * 16).seal(plain)  # counter 1 of A: b has seen A's counter 1
+        for n, body in enumerate((plain, wrong, replayed), 1):
+            reader, writer = await raw_connect(b, struct.pack(">I", len(body)) + body)
+            assert await reader.read() == b""  # closed by b
+            writer.close()
+            assert b.stats["tcp_bad_hello"] == n
+        b.emit(a.local_phys, b"b->a")  # the route to a is still a's own connection
+        assert await until(lambda: sa.got)
+        assert sa.got == [(b"b->a", b.local_phys)]
+        await close(a, b)
     run(main())
 
 
