@@ -1,4 +1,4 @@
-"""Shared test options: simulator seeds.
+"""Shared test options: simulator seeds, and deterministic property tests.
 
 Every simulated test takes a ``sim_seed`` parameter: ``--sim-seeds=N`` runs N seeds (a
 long campaign), ``--sim-seed=S`` replays one seed, ``--sim-seed-base=B`` shifts the range.
@@ -26,6 +26,19 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("sim_seed", list(seeds), ids=lambda s: f"seed{s}")
 
 
+def pytest_report_header(config):
+    return ("hypothesis: derandomized (each property test draws from a fixed seed of its own; "
+            "a failure prints its example)")
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "seeds(n): default number of simulator seeds")
     config.addinivalue_line("markers", "root: needs root (network namespaces, nftables)")
+
+
+try:  # property tests draw the same examples on every run (no example database either)
+    from hypothesis import settings as _hsettings
+    _hsettings.register_profile("raygroups", derandomize=True, database=None)
+    _hsettings.load_profile("raygroups")
+except ImportError:  # pragma: no cover - hypothesis is in the test extra
+    pass
