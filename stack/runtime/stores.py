@@ -594,8 +594,15 @@ class ThreadedStoreClient:
 
     async def drain(self, timeout: float = 2.0) -> None:
         if self.pending:
-            await asyncio.wait([asyncio.wrap_future(f) for f in list(self.pending)],
-                               timeout=timeout)
+            waits = [asyncio.wrap_future(f) for f in list(self.pending)]
+            for w in waits:  # outcomes already went to the callbacks: only wait here
+                w.add_done_callback(_consume)
+            await asyncio.wait(waits, timeout=timeout)
+
+
+def _consume(fut: asyncio.Future) -> None:
+    if not fut.cancelled():
+        fut.exception()
 
 
 # -- members files by path or URL (bootstrap files) ---------------------------------------
