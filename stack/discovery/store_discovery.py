@@ -592,6 +592,9 @@ class StoreDiscovery(Layer):
         if name != self.own_name:
             return
         self._adopt_own(result)
+        # what was asked for while reading is judged against the file as it is now (the
+        # first coordinator of a bootstrap file finds every joiner listed: no write)
+        self.dirty = False
         if self._need_write():
             self._write()
 

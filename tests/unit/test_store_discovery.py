@@ -201,6 +201,24 @@ def test_bootstrap_member_joins_without_store_calls_or_probes():
     assert s.found[-1] == [] and s.store.calls == {}
 
 
+def test_bootstrap_coordinator_does_not_rewrite_its_file_for_listed_joiners():
+    """The first coordinator of a bootstrap file reads its file before writing; a joiner
+    listed in it that arrives while that read is in flight needs no write either."""
+    s = make()
+    me, b = s.local, s.addr("B")
+    boot = MembersFile([Entry("me", me.uid, *OWN, True), entry(b, 7001)],
+                       view_id=(me.uid, 0))
+    s.store.put(C, file_name(me.uid), boot.encode())
+    s.store.calls.clear()
+    s.layer.boot = boot
+    s.phys[b] = ("10.0.0.9", 7001)
+    install(s, me)
+    install(s, me, b, counter=2)  # B joins before the read of our file came back
+    s.advance(0.5)
+    assert s.store.calls == {"get": 1}
+    assert s.layer.stats["files_written"] == 0
+
+
 def test_malformed_lines_are_counted_and_the_rest_used():
     s = make()
     a = s.addr("A")
