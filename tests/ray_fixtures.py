@@ -53,7 +53,7 @@ class RaySession:
 
 @pytest.fixture(scope="session")
 def ray_session():
-    ray = pytest.importorskip("ray")
+    import ray
     # ray reads the variable when it is first imported; if a test module imported ray before
     # this module set it, set Ray's constant too (else Ray rewrites 127.0.0.1 to the host's
     # external address)

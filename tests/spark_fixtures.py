@@ -22,8 +22,8 @@ EXECUTORS = 2
 
 @pytest.fixture(scope="session")
 def spark_session(ray_session):
-    pytest.importorskip("pyspark")
-    raydp = pytest.importorskip("raydp")
+    import pyspark  # noqa: F401
+    import raydp
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("Spark needs Java 17 (no java on PATH, no JAVA_HOME)")
     os.environ["PYSPARK_PYTHON"] = sys.executable

@@ -12,7 +12,7 @@ import pytest
 
 pytest_plugins = ["tests.ray_fixtures"]
 
-ray = pytest.importorskip("ray")
+import ray
 
 from raygroups.actors import Group  # noqa: E402
 

@@ -8,9 +8,9 @@ import shlex
 
 import pytest
 
-yaml = pytest.importorskip("yaml")
-jsonschema = pytest.importorskip("jsonschema")
-pytest.importorskip("ray")
+import yaml
+import jsonschema
+import ray  # noqa: F401
 
 from ray.autoscaler._private.util import prepare_config, validate_config  # noqa: E402
 

@@ -16,8 +16,8 @@ from .. import cdp
 
 pytest_plugins = ["tests.ray_fixtures"]
 
-ray = pytest.importorskip("ray")
-pytest.importorskip("aiohttp")
+import ray
+import aiohttp  # noqa: F401
 
 from raygroups.actors import Group  # noqa: E402
 

@@ -11,8 +11,8 @@ import pytest
 
 pytest_plugins = ["tests.ray_fixtures", "tests.spark_fixtures"]
 
-ray = pytest.importorskip("ray")
-pytest.importorskip("pyspark")
+import ray
+import pyspark  # noqa: F401
 
 from raygroups.actors import Group  # noqa: E402
 from raygroups.integration import (DedupSink, QueueSource, QueueSourceConfig,  # noqa: E402
