@@ -15,28 +15,13 @@ import asyncio
 import json
 import multiprocessing as mp
 import os
-import socket
 import statistics
 import sys
 import time
 
 from raygroups.stack import Channel, StackConfig
 
-
-def free_ports(n: int) -> list[int]:
-    out = []
-    while len(out) < n:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            p = s.getsockname()[1]
-        try:
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
-                u.bind(("127.0.0.1", p))
-        except OSError:
-            continue
-        if p not in out:
-            out.append(p)
-    return out
+from ports import free_ports
 
 
 def config(ports: list[int], i: int) -> StackConfig:

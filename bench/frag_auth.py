@@ -12,44 +12,23 @@ it reassembled (and its SHA-256 checked).
 """
 from __future__ import annotations
 
+import argparse
+import asyncio
+import hashlib
+import json
+import multiprocessing as mp
 import os
+import struct
 import sys
+import time
 
-# run as a script, bench/ is sys.path[0]: keep its modules (e.g. bench/queue.py) from
-# shadowing the standard library's
-_here = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
+from raygroups.stack import Channel, StackConfig
 
-import argparse  # noqa: E402
-import asyncio  # noqa: E402
-import hashlib  # noqa: E402
-import json  # noqa: E402
-import multiprocessing as mp  # noqa: E402
-import socket  # noqa: E402
-import struct  # noqa: E402
-import time  # noqa: E402
-
-from raygroups.stack import Channel, StackConfig  # noqa: E402
+from ports import free_ports
 
 STAMP = struct.Struct("!dI")
 KEY = b"bench cluster key, 32 bytes long"
 MiB = 1024 * 1024
-
-
-def free_ports(n: int) -> list[int]:
-    out = []
-    while len(out) < n:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            p = s.getsockname()[1]
-        try:
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
-                u.bind(("127.0.0.1", p))
-        except OSError:
-            continue
-        if p not in out:
-            out.append(p)
-    return out
 
 
 def config(kind: str, auth: str, ports: list, i: int) -> StackConfig:

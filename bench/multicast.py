@@ -16,7 +16,6 @@ import asyncio
 import json
 import multiprocessing as mp
 import os
-import socket
 import statistics
 import struct
 import sys
@@ -24,23 +23,9 @@ import time
 
 from raygroups.stack import Channel, StackConfig
 
+from ports import free_ports
+
 STAMP = struct.Struct("!dI")
-
-
-def free_ports(n: int) -> list[int]:
-    out = []
-    while len(out) < n:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            p = s.getsockname()[1]
-        try:
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
-                u.bind(("127.0.0.1", p))
-        except OSError:
-            continue
-        if p not in out:
-            out.append(p)
-    return out
 
 
 def config(kind: str, ports: list[int], i: int) -> StackConfig:

@@ -31,31 +31,16 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import tempfile
 import time
 
+from ports import free_ports
+
 STAMP = struct.Struct("!dI")
 MEMBERS = 3
 STACK_OPTS: dict = {}
-
-
-def free_ports(n: int) -> list:
-    out = []
-    while len(out) < n:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            p = s.getsockname()[1]
-        try:
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
-                u.bind(("127.0.0.1", p))
-        except OSError:
-            continue
-        if p not in out:
-            out.append(p)
-    return out
 
 
 def pct(xs: list, p: float) -> float:
