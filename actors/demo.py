@@ -22,6 +22,8 @@ import threading
 import time
 import urllib.request
 
+from raygroups.stack.discovery.members_file import uid_to_text
+
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # keep Ray on loopback
 
 
@@ -152,14 +154,14 @@ def run(args, then=None, num_cpus: int = 2) -> int:
             raise e
         new = e["view"]
         back = next(m for m in new.members if m.name == victim)
-        print(f"\n{victim} restarted and rejoined as {back.uuid_hex[:8]} "
+        print(f"\n{victim} restarted and rejoined as {uid_to_text(back.uid)} "
               f"{1000 * (e['installed_at'] - t_kill):.0f} ms after the kill: view "
               f"{new.view_id.coord.name}:{new.view_id.id} {[m.name for m in new.members]}")
         table(g.members())
         if discovery:
             deadline = time.monotonic() + 10
             after = members_files(root, cluster)
-            while (after == before or back.uuid_hex not in "".join(after.values())) \
+            while (after == before or uid_to_text(back.uid) not in "".join(after.values())) \
                     and time.monotonic() < deadline:
                 time.sleep(0.1)
                 after = members_files(root, cluster)

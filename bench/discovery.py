@@ -7,8 +7,8 @@ random UUIDs that discover through the store, one after the other. Per join: the
 store reads (list + get) and the coordinator's writes. Bytes: the coordinator's members file
 after the joins, per member line (newline included) and per member for the whole file;
 "seeded" is the bootstrap-started group's file (short numeric UUIDs, the seed's scenario:
-~35 B/member), "random" the same members with random UUIDs (22 base64url characters each;
-in brackets the 36-character dashed form files used before). N = 10 also
+~35 B/member), "random" the same members with the random UUIDs members take (96 random bits,
+16 base64url characters each; in brackets the 36-character dashed form). N = 10 also
 runs with real channels on loopback against the directory store and, if moto is installed,
 moto's S3 server (a real HTTP S3 API on 127.0.0.1).
 
@@ -33,6 +33,7 @@ import time
 import uuid
 
 from raygroups.stack import Channel, StackConfig
+from raygroups.stack.address import Address
 from raygroups.stack.discovery import Entry, MembersFile
 from raygroups.stack.discovery.bootstrap import column_name
 from raygroups.stack.discovery.members_file import file_name
@@ -75,12 +76,12 @@ class CoreConfig(StackConfig):
 
 
 def random_uuid_bytes(mf: MembersFile, seed: int = 1) -> tuple:
-    """Average line bytes of ``mf``'s members with random UUIDs (drawn from ``seed``): as
-    written (22-character base64url uuids), and in the dashed form (36 characters) that
-    files used before and that people may still write by hand."""
+    """Average line bytes of ``mf``'s members with random UUIDs (``Address.random``, drawn
+    from ``seed``): as written (16 base64url characters), and in the dashed form (36
+    characters) that people may write by hand."""
     rng = random.Random(seed)
-    rnd = MembersFile([Entry(e.name, rng.getrandbits(128).to_bytes(16, "big"), e.host, e.port,
-                             e.coord) for e in mf])
+    rnd = MembersFile([Entry(e.name, Address.random(e.name, rng).uid, e.host, e.port, e.coord)
+                       for e in mf])
     dashed = [e.render().replace(e.uuid_text, str(uuid.UUID(bytes=e.uid)), 1) for e in rnd]
     return rnd.line_bytes(), sum(len(x) + 1 for x in dashed) / len(dashed)
 
@@ -241,8 +242,8 @@ def main() -> None:
     rnd = max(r["random"] for r in rows)
     dashed = max(r["random_dashed"] for r in rows)
     print(f"- <= 40 B per member line, short names, random UUIDs: {verdict(rnd <= 40)} "
-          f"({rnd:.1f} B with 22-character base64url UUIDs, {dashed:.1f} B in the dashed "
-          f"form; the uuid alone takes 22 of the 40 bytes, an IPv4 endpoint 13-21)")
+          f"(max {rnd:.1f} B with 16-character base64url UUIDs, {dashed:.1f} B in the dashed "
+          f"form; the uuid takes 16 of the 40 bytes, an IPv4 endpoint 13-21)")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,12 @@
 """Logical member addresses: a 128-bit UUID plus a human-readable logical name.
 
+A random UUID carries 96 random bits (its top 32 bits are zero): the chance that two of a
+million members ever share one is about 10^-17, and the members file of store discovery
+writes it in 16 base64url characters, which keeps a line with a short name and an IPv4
+endpoint near the seed's ~35 bytes (seed 000). The seeded UUIDs of a bootstrap file are small
+numbers (1, 2, 3, ...). UUIDs on the wire stay 16 bytes, so a member reads any 128-bit UUID
+(one written by hand into a members file, say).
+
 Equality, ordering and hashing use the UUID only. The hash is derived from the UUID bytes
 rather than Python's salted ``hash(bytes)``, so sets and dicts of addresses iterate in the
 same order in every process: the simulator's replays depend on that.
@@ -9,6 +16,8 @@ from __future__ import annotations
 import random
 
 UUID_LEN = 16
+RANDOM_BITS = 96
+"""Random bits in a random UUID (the low 96 of its 128)."""
 
 
 class Address:
@@ -21,13 +30,16 @@ class Address:
             raise ValueError(f"an address uid is {UUID_LEN} bytes, got {uid!r}")
         self.uid = uid
         self.name = name
-        # the high half (random UUIDs), or the low half when it is zero: the seeded UUIDs
-        # of a bootstrap file (1, 2, 3, ...) would otherwise all hash to 0
-        self._hash = int.from_bytes(uid[:8], "big") or int.from_bytes(uid[8:], "big")
+        # the top 64 random bits, or the low half when the first 12 bytes are zero: the
+        # seeded UUIDs of a bootstrap file (1, 2, 3, ...) would otherwise all hash to 0
+        self._hash = int.from_bytes(uid[:12], "big") or int.from_bytes(uid[8:], "big")
 
     @classmethod
     def random(cls, name: str, rng: random.Random) -> "Address":
-        return cls(rng.getrandbits(128).to_bytes(UUID_LEN, "big"), name)
+        # 128 bits drawn, the top 96 kept: one seed gives the same sequence of draws, member
+        # order and hashes as with full 128-bit UUIDs, so recorded simulator seeds replay
+        uid = rng.getrandbits(128) >> (128 - RANDOM_BITS)
+        return cls(uid.to_bytes(UUID_LEN, "big"), name)
 
     @property
     def uuid_hex(self) -> str:
@@ -52,8 +64,13 @@ class Address:
     def __ge__(self, other: "Address") -> bool:
         return self.uid >= other.uid
 
+    @property
+    def short_hex(self) -> str:
+        """The first 8 significant hex digits of the UUID (``"1"`` for the seeded UUID 1)."""
+        return self.uid.hex().lstrip("0")[:8] or "0"
+
     def __repr__(self) -> str:
-        return self.name or self.uid.hex()[:8]
+        return self.name or self.short_hex
 
     def __reduce__(self):
         return (Address, (self.uid, self.name))

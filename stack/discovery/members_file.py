@@ -9,20 +9,21 @@ One file per coordinator, ``<location>/<cluster>/<coordinator uuid>.list``, one 
 
 ``<logical name> <uuid> <ip>:<port> <T|F>``, fields separated by any white space. The uuid is
 either a short decimal number (the seeded UUIDs of a bootstrap file: ``1`` is the 16-byte
-big-endian integer 1), a full UUID string (with or without dashes, any case), or the compact
-form ``render()`` writes for random UUIDs: the 16 bytes in unpadded base64url, 22 characters
-(``CmxZ_H7grNItS8991Zrblw``; case matters). The *last* colon
-separates the port, so IPv6 addresses need no brackets (``[::1]:7800`` is accepted too).
-``T`` marks the coordinator. Lines starting with ``#`` are comments; ``# view <uuid>
-<counter>`` records the view id the file was written for (stale-file detection uses it).
+big-endian integer 1), a full UUID string (with or without dashes, any case), or a compact
+form ``render()`` writes: a random UUID (96 random bits, ``Address.random``) in 16 base64url
+characters (``CmxZ_H7grNItS899``; case matters), and any other 128-bit UUID in 22
+(``CmxZ_H7grNItS8991Zrblw``). The *last* colon separates the port, so IPv6 addresses need no
+brackets (``[::1]:7800`` is accepted too). ``T`` marks the coordinator. Lines starting with
+``#`` are comments; ``# view <uuid> <counter>`` records the view id the file was written for
+(stale-file detection uses it).
 
 The file is for people too: a hand-written or generated file loads, and a malformed line
 yields a ``ParseError`` naming the file and the line while every other line still loads.
 ``render()`` writes one single-spaced line per member (no padding): about 25 bytes per member
-with short names and seeded UUIDs; with random UUIDs about 41-45 with short names and IPv4
-(22-character base64url UUIDs; the dashed form would take 57). Coordinator files are named the
-same way (``<uuid>.list``: ``1.list``, ``CmxZ_H7grNItS8991Zrblw.list``); names and lines in
-the dashed form, written by hand or by an older version, load as before.
+with short names and seeded UUIDs, about 35-38 with random UUIDs, short names and IPv4 (the
+seed measured ~35; the dashed form would take 57). Coordinator files are named the same way
+(``<uuid>.list``: ``1.list``, ``CmxZ_H7grNItS899.list``); names and lines in the dashed or
+22-character form, written by hand or by an older version, load as before.
 """
 from __future__ import annotations
 
@@ -37,56 +38,68 @@ from typing import Iterator, Optional, Union
 UUID_LEN = 16
 SHORT_UUID_LIMIT = 1 << 32
 """UUIDs below this render as decimal numbers (seeded bootstrap UUIDs); others compact."""
+RANDOM_LIMIT = 1 << 96
+"""UUIDs below this (random ones: 96 random bits) render in 16 characters, others in 22."""
 COMPACT_LEN = 22
 """Characters of a 16-byte UUID in unpadded base64url (the compact form)."""
-_B64URL = re.compile(r"^[A-Za-z0-9_-]{22}$")
+SHORT_COMPACT_LEN = 16
+"""Characters of a UUID below 2^96 (its low 12 bytes) in base64url (no padding needed)."""
+_B64URL = re.compile(r"^[A-Za-z0-9_-]+$")
 SUFFIX = ".list"
 _HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.\-_]*[A-Za-z0-9])?$")
 _WS = re.compile(r"\s+")
 
 
 def uid_from_text(text: str) -> bytes:
-    """``"1"`` -> 16-byte big-endian 1; ``"0a6c59fc-7ee0-..."`` (dashes optional) and the
-    compact ``"CmxZ_H7grNItS8991Zrblw"`` -> that UUID's 16 bytes. Decimal wins over the
-    compact form, which is never all digits; a 22-character text is never a hex UUID (32
-    digits), so the forms cannot be confused."""
+    """``"1"`` -> 16-byte big-endian 1; ``"0a6c59fc-7ee0-..."`` (dashes optional), the compact
+    ``"CmxZ_H7grNItS8991Zrblw"`` and, for UUIDs below 2^96, ``"CmxZ_H7grNItS899"`` -> that
+    UUID's 16 bytes. Decimal wins over the compact forms, which ``uid_to_text`` never writes
+    all in digits; a hex UUID has 32 digits, so the forms cannot be confused."""
     if text.isdigit():
         n = int(text)
         if n >= 1 << 128:
             raise ValueError(f"numeric uuid {text} does not fit 128 bits")
         return n.to_bytes(UUID_LEN, "big")
-    if len(text) == COMPACT_LEN and _B64URL.match(text):
+    if len(text) in (SHORT_COMPACT_LEN, COMPACT_LEN) and _B64URL.match(text):
         try:
-            uid = base64.urlsafe_b64decode(text + "==")
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
         except (binascii.Error, ValueError):
-            uid = b""
-        # the last character carries 2 spare bits; only the canonical form is accepted,
-        # so one uuid has one spelling (and one file name)
-        if len(uid) == UUID_LEN and _compact(uid) == text:
+            raw = b""
+        uid = raw.rjust(UUID_LEN, b"\0")
+        # 22 characters carry 2 spare bits; only the canonical form is accepted, so one
+        # spelling per length (the 22-character spelling of a small uuid loads too)
+        if len(raw) in (12, UUID_LEN) and _compact(raw) == text:
             return uid
-        raise ValueError(f"not a uuid: {text!r} (22 characters but not canonical base64url)")
+        raise ValueError(f"not a uuid: {text!r} ({len(text)} characters but not canonical "
+                         f"base64url)")
     try:
         return _uuid.UUID(text).bytes
     except ValueError:
         raise ValueError(f"not a uuid: {text!r}") from None
 
 
-def _compact(uid: bytes) -> str:
-    return base64.urlsafe_b64encode(uid).rstrip(b"=").decode("ascii")
+def _compact(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
 def uid_to_text(uid: bytes) -> str:
-    """Decimal below ``SHORT_UUID_LIMIT`` (seeded UUIDs), else the 22-character base64url
-    form. That form never reads as a decimal: its last character holds the last 2 bits and 4
-    zero bits, so it is one of ``A``, ``Q``, ``g``, ``w``."""
+    """Decimal below ``SHORT_UUID_LIMIT`` (seeded UUIDs); below ``RANDOM_LIMIT`` (random
+    UUIDs) the low 12 bytes in 16 base64url characters, unless those are all digits (about
+    one UUID in 10^13: it would read as a decimal); else the 16 bytes in 22 characters, whose
+    last character holds the last 2 bits and 4 zero bits (one of ``A``, ``Q``, ``g``, ``w``),
+    so that form never reads as a decimal either."""
     n = int.from_bytes(uid, "big")
     if n < SHORT_UUID_LIMIT:
         return str(n)
+    if n < RANDOM_LIMIT:
+        text = _compact(uid[UUID_LEN - 12:])
+        if not text.isdigit():
+            return text
     return _compact(uid)
 
 
 def file_name(uid: bytes) -> str:
-    """The members file of the coordinator ``uid``: ``"1.list"``, ``"CmxZ_H7grNItS8991Zrblw.list"``
+    """The members file of the coordinator ``uid``: ``"1.list"``, ``"CmxZ_H7grNItS899.list"``
     (``-`` and ``_`` are safe in file names, S3 keys and Ray KV keys)."""
     return uid_to_text(uid) + SUFFIX
 

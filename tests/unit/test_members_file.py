@@ -7,6 +7,7 @@ import uuid
 
 from hypothesis import given, strategies as st
 
+from raygroups.stack.address import Address
 from raygroups.stack.discovery import Entry, MembersFile
 from raygroups.stack.discovery.bootstrap import column_name, generate_bootstrap
 from raygroups.stack.discovery.members_file import (file_name, parse_endpoint, uid_from_file_name,
@@ -43,7 +44,7 @@ def test_uuid_forms():
     assert uid_from_text("1") == u(1)
     assert uid_to_text(u(1)) == "1"
     full = "0a6c59fc-7ee0-acd2-2d4b-cf7dd59adb97"
-    # random UUIDs render in 22 base64url characters, and read back
+    # a full 128-bit UUID renders in 22 base64url characters, and reads back
     assert uid_to_text(uid_from_text(full)) == "CmxZ_H7grNItS8991Zrblw"
     assert uid_from_text("CmxZ_H7grNItS8991Zrblw") == uuid.UUID(full).bytes
     # what people write by hand loads exactly as before: dashed, undashed, upper case
@@ -60,26 +61,36 @@ def test_compact_uuids_round_trip_and_stay_unambiguous():
     print(f"seed {seed}")
     rng = random.Random(seed)
     for _ in range(2000):
-        uid = rng.getrandbits(128).to_bytes(16, "big")
-        text = uid_to_text(uid)
-        assert uid_from_text(text) == uid
-        assert uid_from_file_name(file_name(uid)) == uid
-        assert len(text) == 22 or int.from_bytes(uid, "big") < 1 << 32
-        assert not text.isdigit() and text[-1] in "AQgw"
-        # the other spellings of the same uuid still load
-        dashed = str(uuid.UUID(bytes=uid))
-        assert uid_from_text(dashed) == uid == uid_from_text(dashed.replace("-", ""))
+        full = rng.getrandbits(128).to_bytes(16, "big")  # a 128-bit uuid, written by hand
+        rnd = Address.random("x", rng).uid                # what a member takes: 96 bits
+        for uid, length in ((full, 22), (rnd, 16)):
+            text = uid_to_text(uid)
+            assert len(text) == length and not text.isdigit()
+            assert uid_from_text(text) == uid
+            assert uid_from_file_name(file_name(uid)) == uid
+            # the other spellings of the same uuid still load
+            dashed = str(uuid.UUID(bytes=uid))
+            assert uid_from_text(dashed) == uid == uid_from_text(dashed.replace("-", ""))
+        assert uid_to_text(full)[-1] in "AQgw"
+        # a random uuid written by a version that used 22 characters still loads
+        assert uid_from_text(base64.urlsafe_b64encode(rnd).rstrip(b"=").decode()) == rnd
     # decimal short ids (seeded bootstrap UUIDs) stay decimal, also at the 2^32 boundary
     assert uid_to_text(u((1 << 32) - 1)) == str((1 << 32) - 1)
-    assert len(uid_to_text(u(1 << 32))) == 22
+    assert len(uid_to_text(u(1 << 32))) == 16
+    assert len(uid_to_text(u((1 << 96) - 1))) == 16 and len(uid_to_text(u(1 << 96))) == 22
     assert uid_from_text(str(1 << 40)) == u(1 << 40)  # a long decimal by hand: still decimal
-    # the compact form is never all digits (its last character is one of A, Q, g, w), so it
-    # cannot be mistaken for a decimal id
+    # the 22-character form is never all digits (its last character is one of A, Q, g, w);
+    # a uuid below 2^96 whose 16 characters would all be digits is written in 22 instead
     assert uid_to_text(base64.urlsafe_b64decode("123456789012345678901w==")) == \
         "123456789012345678901w"
-    # a 22-character word that is not the canonical encoding of 16 bytes is an error, so one
-    # uuid has exactly one compact spelling (and one file name)
-    for bad in ("CmxZ_H7grNItS8991Zrblx", "CmxZ_H7grNItS8991Zrbl!", "CmxZ_H7grNItS8991Zrbl"):
+    digits = base64.urlsafe_b64decode("1234567890123456").rjust(16, b"\0")
+    assert uid_to_text(digits) == "AAAAANdt-Oeu_PdNdt-Oeg"
+    assert uid_from_text(uid_to_text(digits)) == digits
+    assert uid_from_text("1234567890123456") == u(1234567890123456)  # digits stay decimal
+    # a 22-character word that is not the canonical encoding of 16 bytes is an error (its
+    # spare bits must be zero), and so is a compact word of another length
+    for bad in ("CmxZ_H7grNItS8991Zrblx", "CmxZ_H7grNItS8991Zrbl!", "CmxZ_H7grNItS8991Zrbl",
+                "CmxZ_H7grNItS89!", "CmxZ_H7grNItS89"):
         try:
             uid_from_text(bad)
         except ValueError:
@@ -152,12 +163,15 @@ def test_bytes_per_member_with_short_names():
     assert len(mf) == 1000 and mf.entries[0].coord and mf.entries[999].name == "ALL"
     assert mf.line_bytes() <= 40, mf.line_bytes()
     assert len(mf.render().encode()) / len(mf) <= 40
-    # random UUIDs take 22 characters (base64url): about 42 B with these addresses (the
-    # dashed form took 56); the 40 B target holds for seeded UUIDs only
-    rng = random.Random(7)
-    rnd = MembersFile([Entry(column_name(i), rng.getrandbits(128).to_bytes(16, "big"), ip, 7800)
+    # the members' random UUIDs take 16 characters (96 bits in base64url): about 37 B with
+    # these addresses, within the 40 B budget (the dashed form took 56)
+    seed = 7
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    rnd = MembersFile([Entry(column_name(i), Address.random("", rng).uid, ip, 7800)
                        for i, ip in enumerate(nodes)])
-    assert 40 <= rnd.line_bytes() <= 44, rnd.line_bytes()
+    assert rnd.line_bytes() <= 40, rnd.line_bytes()
+    assert len(rnd.render().encode()) / len(rnd) <= 40
     assert MembersFile.parse(rnd.render()).entries == rnd.entries
 
 
@@ -186,6 +200,7 @@ names = st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126,
                                        blacklist_characters="#"), min_size=1, max_size=8
                 ).filter(lambda s: s != "-")  # "-" stands for an empty name
 uids = st.one_of(st.integers(0, (1 << 32) - 1).map(lambda n: n.to_bytes(16, "big")),
+                 st.integers(1 << 32, (1 << 96) - 1).map(lambda n: n.to_bytes(16, "big")),
                  st.binary(min_size=16, max_size=16))
 hosts = st.one_of(st.ip_addresses(v=4).map(str), st.ip_addresses(v=6).map(str))
 entries = st.builds(Entry, names, uids, hosts, st.integers(1, 65535), st.booleans())
