@@ -226,12 +226,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_bootstrap(args: argparse.Namespace) -> int:
-    try:
-        from raygroups.stack.discovery.bootstrap import generate_bootstrap
-    except ImportError:
-        _err("bootstrap files are not available in this version (stack/discovery/bootstrap.py "
-             "is missing)")
-        return 2
+    from raygroups.stack.discovery.bootstrap import generate_bootstrap
     if args.nodes:
         nodes: list = [n.strip() for n in args.nodes.split(",") if n.strip()]
     else:

@@ -3,12 +3,11 @@
     python -m raygroups.actors.demo [--members 5] [--serve SECONDS]
 
 Starts a local Ray cluster (on loopback), launches a 5-member group as Ray actors on an
-embedded default (loopback sockets; the local directory discovery store when this version
-has it, else a static host list), prints the view, kills a member with ``ray.kill`` and shows
-how fast the group excluded it (Ray is the second failure signal) and the new view; Ray
-restarts the member, which rejoins with a fresh UUID, and the coordinator rewrites its members
-file in the store. Then it serves the status page for a while, prints its URL, and shuts
-everything down.
+embedded default (loopback sockets, a local directory discovery store), prints the view,
+kills a member with ``ray.kill`` and shows how fast the group excluded it (Ray is the second
+failure signal) and the new view; Ray restarts the member, which rejoins with a fresh UUID,
+and the coordinator rewrites its members file in the store. Then it serves the status page
+for a while, prints its URL, and shuts everything down.
 """
 from __future__ import annotations
 
@@ -25,17 +24,6 @@ import urllib.request
 from raygroups.stack.discovery.members_file import uid_to_text
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # keep Ray on loopback
-
-
-def store_discovery(root: str):
-    """``file://<root>`` if this version has the local directory store, else None."""
-    url = f"file://{root}"
-    try:
-        from raygroups.stack import StackConfig
-        StackConfig.local(discovery=url)
-    except (ImportError, TypeError, ValueError):
-        return None
-    return url
 
 
 def members_files(root: str, cluster: str) -> dict:
@@ -94,8 +82,8 @@ def run(args, then=None, num_cpus: int = 2) -> int:
              configure_logging=False, logging_level="WARNING")
     print(f"  Ray started in {time.monotonic() - t0:.1f}s")
     root = tempfile.mkdtemp(prefix="raygroups-demo-")
-    discovery = store_discovery(root)
-    print(f"  discovery: {discovery or 'static host list (no directory store in this version)'}")
+    discovery = f"file://{root}"
+    print(f"  discovery: {discovery}")
     g = None
     try:
         t0 = time.monotonic()
@@ -106,10 +94,9 @@ def run(args, then=None, num_cpus: int = 2) -> int:
         print(f"\nview {view.view_id.coord.name}:{view.view_id.id}: "
               f"{[m.name for m in view.members]}")
         table(g.members())
-        if discovery:
-            print(f"\n  members file in the store ({root}/{cluster}/):")
-            before = members_files(root, cluster)
-            show_files(before)
+        print(f"\n  members file in the store ({root}/{cluster}/):")
+        before = members_files(root, cluster)
+        show_files(before)
 
         events: queue.Queue = queue.Queue()
 
@@ -158,16 +145,15 @@ def run(args, then=None, num_cpus: int = 2) -> int:
               f"{1000 * (e['installed_at'] - t_kill):.0f} ms after the kill: view "
               f"{new.view_id.coord.name}:{new.view_id.id} {[m.name for m in new.members]}")
         table(g.members())
-        if discovery:
-            deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 10
+        after = members_files(root, cluster)
+        while (after == before or uid_to_text(back.uid) not in "".join(after.values())) \
+                and time.monotonic() < deadline:
+            time.sleep(0.1)
             after = members_files(root, cluster)
-            while (after == before or uid_to_text(back.uid) not in "".join(after.values())) \
-                    and time.monotonic() < deadline:
-                time.sleep(0.1)
-                after = members_files(root, cluster)
-            print("\n  members file rewritten by the coordinator (the dead incarnation's line "
-                  "is gone, the new one is in):")
-            show_files(after)
+        print("\n  members file rewritten by the coordinator (the dead incarnation's line "
+              "is gone, the new one is in):")
+        show_files(after)
 
         if then is not None:
             then(g)

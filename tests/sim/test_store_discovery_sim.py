@@ -180,6 +180,37 @@ def test_partition_two_files_then_merge_to_one(sim_seed):
     check_no_errors(sim)
 
 
+@pytest.mark.seeds(40)
+def test_joiner_that_finds_several_files_joins_one_of_their_coordinators(sim_seed):
+    sim = sim_for(sim_seed)
+    cfg = config(store__stale_after_s=60.0)
+    members = start_group(sim, sim.rng.randint(3, 6), cfg)
+    cut = sim.rng.randint(1, len(members) - 1)
+    side_a, side_b = members[:cut], members[cut:]
+    for a in side_a:  # the two sides cannot talk; a newcomer reaches both
+        for b in side_b:
+            sim.cut(a, b)
+    sim.run_until(lambda: one_view(side_a) and one_view(side_b), 30, "two partitions")
+    coords = {s[0].view.members[0] for s in (side_a, side_b)}
+    sim.run_until(lambda: set(files(sim)) == {file_name(c.uid) for c in coords}, 10,
+                  "one file per coordinator")
+    j = sim.add_member(CLUSTER, "new", cfg)
+    sides = {s[0].view.members[0]: s for s in (side_a, side_b)}
+    sim.run_until(lambda: j.view is not None and j.view.members[0] in sides
+                  and one_view(sides[j.view.members[0]] + [j]), 30, "joined one side")
+    # it read the listing and one of the files (2 reads, like any join), then joined that
+    # file's coordinator; the other side does not know it
+    assert dict(j.store.calls) == {"list": 1, "get": 1}, (j.store.calls, sim_seed)
+    other = side_b if sides[j.view.members[0]] is side_a else side_a
+    print(f"seed {sim_seed}: joined side {'a' if other is side_b else 'b'}")
+    assert all(j.address not in m.view for m in other)
+    sim.heal()
+    everyone = members + [j]
+    sim.run_until(lambda: one_view(everyone), 30, "merged")
+    sim.run_until(lambda: one_file_listing(sim, everyone), 10, "one file after the merge")
+    check_no_errors(sim)
+
+
 @pytest.mark.seeds(100)
 def test_store_outage_never_stops_the_group_and_the_file_catches_up(sim_seed):
     sim = sim_for(sim_seed)
