@@ -130,7 +130,7 @@ def cmd_members(args: argparse.Namespace) -> int:
         print(json.dumps(ms))
     else:
         for m in ms:
-            m["uuid"] = m["uuid"][:8]
+            m["uuid"] = m["uuid_text"]
             m["node"] = (m.get("node_id") or "")[:8] or None
             m["role"] = "coordinator" if m.get("coordinator") else ""
         print(_table(ms, ["name", "uuid", "address", "node", "state", "role", "http_url"]))

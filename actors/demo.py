@@ -48,9 +48,9 @@ def show_files(files: dict) -> None:
 
 
 def table(members: list) -> None:
-    print(f"    {'name':<10} {'uuid':<10} {'address':<17} {'state':<8} role")
+    print(f"    {'name':<10} {'uuid':<17} {'address':<17} {'state':<8} role")
     for m in members:
-        print(f"    {m['name']:<10} {m['uuid'][:8]:<10} {m['address'] or '-':<17} "
+        print(f"    {m['name']:<10} {m['uuid_text']:<17} {m['address'] or '-':<17} "
               f"{m['state']:<8} {'coordinator' if m['coordinator'] else ''}")
 
 

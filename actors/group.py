@@ -389,7 +389,7 @@ class Group:
                     raise _unwrap(e) from None
                 except RayActorError as e:
                     raise JoinTimeout(f"member {refs[r]} died while joining: {e}") from None
-                _say(progress, f"{inf['name']}: joined as {inf['uuid'][:8]} at "
+                _say(progress, f"{inf['name']}: joined as {inf['uuid_text']} at "
                                f"{inf['address']}, view {inf['view_id'][0]}:{inf['view_id'][1]}"
                                f" ({inf['view_size']} members)")
 

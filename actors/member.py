@@ -31,6 +31,7 @@ from typing import Any, Optional
 import ray
 
 from raygroups.stack import Channel, JoinTimeout, StackConfig, ViewChange
+from raygroups.stack.discovery.members_file import uid_to_text
 from raygroups.stack.events import GetPhysical, MemberDead, Suspect, Unsuspect
 
 from . import logs
@@ -409,7 +410,9 @@ class MemberActor(QueueMethods):
     def info(self) -> dict:
         ch = self.channel
         view = ch.view if ch is not None else None
-        return {"name": self.spec.name, "cluster": self.spec.cluster, "uuid": self.uid(),
+        uid = self.uid()
+        return {"name": self.spec.name, "cluster": self.spec.cluster, "uuid": uid,
+                "uuid_text": uid_to_text(ch.address.uid) if uid else None,
                 "address": self._phys(ch.address) if ch is not None and ch.stack else None,
                 "node_id": self.node_id,
                 "actor_name": actor_name(self.spec.cluster, self.spec.name),
@@ -428,7 +431,8 @@ class MemberActor(QueueMethods):
         """The view's members as this member sees them."""
         ch = self._member_channel()
         view = ch.view
-        return [{"name": m.name, "uuid": m.uuid_hex, "address": self._phys(m),
+        return [{"name": m.name, "uuid": m.uuid_hex, "uuid_text": uid_to_text(m.uid),
+                 "address": self._phys(m),
                  "coordinator": i == 0, "state": self._swim_state(m), "self": m == ch.address}
                 for i, m in enumerate(view.members)]
 

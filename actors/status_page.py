@@ -59,14 +59,14 @@ function render(s) {
   const me = s.member;
   document.getElementById("cluster").textContent = me.cluster;
   document.getElementById("me").innerHTML =
-    "member <b>" + esc(me.name) + "</b> <span class=mono>" + esc(me.uuid) + "</span> at " +
+    "member <b>" + esc(me.name) + "</b> <span class=mono>" + esc(me.uuid_text) + "</span> at " +
     esc(me.address) + " &middot; state <span class='" + esc(me.state) + "'>" + esc(me.state) +
     "</span> &middot; view <b id=viewid>" + vid(me.view_id) + "</b> (" + esc(me.view_size) +
     " members)" + (me.coordinator ? " &middot; coordinator" : "");
   fill("members", s.members.map((m, i) =>
     "<tr data-member='" + esc(m.name) + "' data-state='" + esc(m.state) + "'><td>" + i +
     "</td><td>" + esc(m.name) + (m.self ? " (this)" : "") + "</td><td class=mono>" +
-    esc(m.uuid.slice(0, 8)) + "</td><td class=mono>" + esc(m.address) + "</td><td>" +
+    esc(m.uuid_text) + "</td><td class=mono>" + esc(m.address) + "</td><td>" +
     (m.coordinator ? "coordinator" : "") + "</td><td class='" + esc(m.state) + "'>" +
     esc(m.state) + "</td></tr>"));
   const none = ["<tr class=none><td>none</td></tr>"];

@@ -15,6 +15,7 @@ pytest_plugins = ["tests.ray_fixtures"]
 import ray
 
 from raygroups.actors import Group  # noqa: E402
+from raygroups.stack.discovery.members_file import uid_to_text  # noqa: E402
 
 CLUSTER = f"t-cli-{os.getpid()}"
 
@@ -52,6 +53,10 @@ def test_members_table_and_json(ray_session, up):
     ms = json.loads(cli(ray_session, "members", CLUSTER, "--json").stdout)
     assert sorted(m["name"] for m in ms) == sorted(up[0]["members"])
     assert all(m["state"] == "alive" and m["node_id"] == ray_session.node_id for m in ms)
+    # the table's uuid column spells each uuid as the members file does
+    rows = {line.split()[0]: line.split()[1] for line in table.splitlines()[1:] if line.strip()}
+    assert all(rows[m["name"]] == m["uuid_text"] == uid_to_text(bytes.fromhex(
+        m["uuid"].replace("-", ""))) for m in ms), (rows, ms)
 
 
 def test_probe_and_list(ray_session, up):

@@ -20,6 +20,7 @@ import ray
 import aiohttp  # noqa: F401
 
 from raygroups.actors import Group  # noqa: E402
+from raygroups.stack.discovery.members_file import uid_to_text  # noqa: E402
 
 WAIT_S = 60.0
 
@@ -69,6 +70,8 @@ def test_read_endpoints(group, urls):
         status, body = call(url + "membership/nodes")
         assert status == 200
         assert [n["uuid"] for n in body["nodes"]] == [m.uuid_hex for m in v.members]
+        # and as the members file writes it (16 base64url characters for random UUIDs)
+        assert [n["uuid_text"] for n in body["nodes"]] == [uid_to_text(m.uid) for m in v.members]
         assert all({"name", "address", "state", "coordinator"} <= set(n) for n in body["nodes"])
         status, body = call(url + "membership/views")
         assert status == 200 and body["views"][-1]["view_id"] == body["views"][-1]["view_id"]
@@ -126,6 +129,10 @@ def test_status_page_in_chromium_follows_a_leave(group, urls):
             await page.wait_for(f"{rows} === 3")
             shown = await page.eval(names)
             assert sorted(shown) == sorted(m.name for m in v.members)
+            # each member's uuid as its members-file line spells it (not a shared prefix)
+            uuids = await page.eval("[...document.querySelectorAll('#members tbody tr')]"
+                                    ".map(r => r.children[2].textContent)")
+            assert sorted(uuids) == sorted(uid_to_text(m.uid) for m in v.members)
             assert await page.eval("document.querySelectorAll('#views tbody tr').length") >= 1
             assert await page.eval("document.getElementById('traffic').textContent"
                                    ".includes('messages sent')")
