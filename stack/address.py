@@ -13,7 +13,7 @@ same order in every process: the simulator's replays depend on that.
 """
 from __future__ import annotations
 
-import random
+from .rng import Rng
 
 UUID_LEN = 16
 RANDOM_BITS = 96
@@ -35,7 +35,7 @@ class Address:
         self._hash = int.from_bytes(uid[:12], "big") or int.from_bytes(uid[8:], "big")
 
     @classmethod
-    def random(cls, name: str, rng: random.Random) -> "Address":
+    def random(cls, name: str, rng: Rng) -> "Address":
         # 128 bits drawn, the top 96 kept: one seed gives the same sequence of draws, member
         # order and hashes as with full 128-bit UUIDs, so recorded simulator seeds replay
         uid = rng.getrandbits(128) >> (128 - RANDOM_BITS)

@@ -4,7 +4,6 @@ presets. ``local`` is tuned for one host (fast timers), ``lan`` for a data-centr
 from __future__ import annotations
 
 import dataclasses
-import random
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -14,6 +13,7 @@ from .faults import FaultConfig, Faults
 from .flow_control import FlowControl, FlowControlConfig
 from .frag import Frag, FragConfig
 from .primary import Primary, PrimaryConfig
+from .rng import Rng
 from .sequencer import Sequencer, SequencerConfig
 from .state_transfer import StateTransfer, StateTransferConfig
 from .gms import Gms, GmsConfig
@@ -143,7 +143,7 @@ class StackConfig:
         return (t.kind == "udp" and t.ip_multicast) or \
             (self.discovery.mode == "multicast" and self.store is None)
 
-    def build(self, cluster: str, name: str, host: Host, rng: random.Random,
+    def build(self, cluster: str, name: str, host: Host, rng: Rng,
               uid: Optional[bytes] = None) -> Stack:
         """Compose the layers bottom-first into a Stack."""
         bottom = [Transport(self.transport)]

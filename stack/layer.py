@@ -7,12 +7,12 @@ batches. A layer consumes only messages that carry its own header and passes the
 """
 from __future__ import annotations
 
-import random
 from collections import Counter
 from typing import Any, Callable, ClassVar, Optional, Protocol
 
 from .address import Address, AddressBook
 from .message import INTERNAL
+from .rng import Rng
 
 MCAST = "mcast"  # physical destination meaning "the multicast group"
 # What parsing a header from the wire may raise; layers catch these, count, and drop.
@@ -41,7 +41,7 @@ class Host(Protocol):
 class Context:
     __slots__ = ("host", "local", "cluster", "rng", "book", "running", "log")
 
-    def __init__(self, host: Host, local: Address, cluster: str, rng: random.Random,
+    def __init__(self, host: Host, local: Address, cluster: str, rng: Rng,
                  log: Callable[[str], None]):
         self.host = host
         self.local = local

@@ -7,7 +7,6 @@ The host (``runtime.Runtime`` over real sockets, or ``sim.Simulation``) feeds it
 from __future__ import annotations
 
 import logging
-import random
 from typing import Any, Optional
 
 from .address import Address
@@ -15,6 +14,7 @@ from .errors import MessageTooLarge
 from .events import AppBlocked, Connect, Leave, Writable
 from .layer import Bottom, Context, Host, Layer, Top
 from .message import Message
+from .rng import Rng
 from .view import ViewChange
 
 log = logging.getLogger("raygroups.stack")
@@ -23,7 +23,7 @@ HEADER_ROOM = 512  # bytes kept free in a bundle for the headers of every layer
 
 class Stack:
     def __init__(self, cluster: str, name: str, layers: list[Layer], host: Host,
-                 rng: random.Random, uid: Optional[bytes] = None):
+                 rng: Rng, uid: Optional[bytes] = None):
         self.local = Address(uid, name) if uid is not None else Address.random(name, rng)
         self.cluster = cluster
         self.layers = layers

@@ -5,43 +5,19 @@ gives the *k*-th member to start its logical name, port and seeded UUID (``1``, 
 A member started from it needs no discovery round: its address cache is filled from the file
 and it joins the member marked ``T`` (or, being that member, founds the group).
 
-UUIDs are never reused: ``claim_identity`` hands out each line once per process (JGroups'
-AddressGenerator seeded with the initial UUID); a channel that connects again, or a member
-restarted by its supervisor, takes a fresh random UUID.
+UUIDs are never reused: the runtime hands out each line once per process
+(``raygroups.stack.runtime.stores.claim_identity``, JGroups' AddressGenerator seeded with the
+initial UUID); a channel that connects again, or a member restarted by its supervisor, takes
+a fresh random UUID.
 
 ``generate_bootstrap(ray.nodes(), cluster)`` writes one for a Ray cluster: the counterpart of
 the seed's ``gcutil listinstances`` and of the CLI's ``raygroups bootstrap generate``.
 """
 from __future__ import annotations
 
-import threading
 from typing import Any, Iterable, Optional
 
 from .members_file import Entry, MembersFile
-
-_claimed: set = set()
-_lock = threading.Lock()
-
-
-def claim_identity(mf: MembersFile, cluster: str, name: Optional[str]) -> Optional[Entry]:
-    """The line this member takes from the bootstrap file, once per process: the line of
-    logical name ``name``, or without a name the first line in file order not taken yet.
-    None: no line left (or ``name`` is not in the file): the member takes a random UUID and
-    announces itself when it joins."""
-    with _lock:
-        for e in mf.entries:
-            if (cluster, e.uid) in _claimed:
-                continue
-            if name is None or e.name == name:
-                _claimed.add((cluster, e.uid))
-                return e
-        return None
-
-
-def reset_claims() -> None:
-    """Forget the identities taken in this process (tests)."""
-    with _lock:
-        _claimed.clear()
 
 
 def column_name(i: int) -> str:

@@ -17,14 +17,14 @@ Results: ``list`` -> ``{name: etag}``; ``get`` -> ``(data, etag)`` or None when 
 version; either failing is a ``StoreConflict``. A store that cannot be reached (after its own
 retries) reports ``StoreUnavailable``.
 
-``MemoryStore`` is an in-memory ``BlockingStore`` (tests, ``memory://`` URLs, the simulator);
+``MemoryStore`` is an in-memory ``BlockingStore`` for one thread (the simulator, tests; the
+runtime's ``memory://`` URLs call it under a lock);
 ``ScheduledStoreClient`` turns one into a ``StoreClient`` on any scheduler (the simulator's
 virtual clock), counting calls.
 """
 from __future__ import annotations
 
 import hashlib
-import threading
 from collections import Counter
 from typing import Any, Callable, Optional, Protocol
 
@@ -84,13 +84,13 @@ class MemoryStore:
     """In-memory BlockingStore with the same conditional semantics as the real ones.
 
     ``unavailable = True`` makes every call fail with StoreUnavailable (an outage);
-    ``calls`` counts calls by kind (failed ones too)."""
+    ``calls`` counts calls by kind (failed ones too). Not thread-safe: callers on several
+    threads serialize their calls (stack/runtime/stores.py does for ``memory://``)."""
 
     def __init__(self) -> None:
         self.objects: dict[str, dict[str, tuple[bytes, str]]] = {}
         self.unavailable = False
         self.calls: Counter = Counter()
-        self._lock = threading.Lock()
 
     def _check(self, kind: str) -> None:
         self.calls[kind] += 1
@@ -98,33 +98,29 @@ class MemoryStore:
             raise StoreUnavailable(f"store unavailable ({kind})")
 
     def list(self, cluster: str) -> dict:
-        with self._lock:
-            self._check("list")
-            return {n: e for n, (_, e) in self.objects.get(cluster, {}).items()}
+        self._check("list")
+        return {n: e for n, (_, e) in self.objects.get(cluster, {}).items()}
 
     def get(self, cluster: str, name: str) -> Optional[tuple]:
-        with self._lock:
-            self._check("get")
-            return self.objects.get(cluster, {}).get(name)
+        self._check("get")
+        return self.objects.get(cluster, {}).get(name)
 
     def put(self, cluster: str, name: str, data: bytes, if_absent: bool = False,
             if_match: Optional[str] = None) -> str:
-        with self._lock:
-            self._check("put")
-            objs = self.objects.setdefault(cluster, {})
-            cur = objs.get(name)
-            if if_absent and cur is not None:
-                raise StoreConflict(f"{cluster}/{name} exists")
-            if if_match is not None and (cur is None or cur[1] != if_match):
-                raise StoreConflict(f"{cluster}/{name} changed")
-            etag = content_etag(bytes(data))
-            objs[name] = (bytes(data), etag)
-            return etag
+        self._check("put")
+        objs = self.objects.setdefault(cluster, {})
+        cur = objs.get(name)
+        if if_absent and cur is not None:
+            raise StoreConflict(f"{cluster}/{name} exists")
+        if if_match is not None and (cur is None or cur[1] != if_match):
+            raise StoreConflict(f"{cluster}/{name} changed")
+        etag = content_etag(bytes(data))
+        objs[name] = (bytes(data), etag)
+        return etag
 
     def delete(self, cluster: str, name: str) -> None:
-        with self._lock:
-            self._check("delete")
-            self.objects.get(cluster, {}).pop(name, None)
+        self._check("delete")
+        self.objects.get(cluster, {}).pop(name, None)
 
     # -- for tests and the simulator (not counted) --------------------------------------
     def files(self, cluster: str) -> dict:

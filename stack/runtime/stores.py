@@ -13,7 +13,7 @@
   ``aws_secret_access_key``, ``timeout_s`` (connect/read), ``retry_s``.
 * ``ray-kv://`` (Ray's internal KV) lives in actors/ (stack/ never imports ray) and registers
   itself with ``register_store`` when ``raygroups.actors`` is imported.
-* ``memory://name``: a process-wide ``MemoryStore`` per name (tests).
+* ``memory://name``: a process-wide ``MemoryStore`` per name (tests), one call at a time.
 
 Every store retries transient failures with tenacity: jittered exponential backoff, bounded
 in total by ``retry_s`` (URL query option, default 5 s), then ``StoreUnavailable``. Every store
@@ -43,8 +43,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from tenacity import (Retrying, retry_if_exception_type, stop_after_delay,
                       wait_random_exponential)
 
-from ..discovery.bootstrap import claim_identity
-from ..discovery.members_file import MembersFile
+from ..discovery.members_file import Entry, MembersFile
 from ..discovery.store import (MemoryStore, StoreConflict, StoreError, StoreUnavailable,
                                content_etag)
 
@@ -352,7 +351,7 @@ class S3Store(RetryingStore):
 # -- the URL-scheme registry --------------------------------------------------------------
 _factories: dict[str, Callable[[str], Any]] = {}
 _shared: dict[str, "CachingStore"] = {}
-_memory: dict[str, MemoryStore] = {}
+_memory: dict[str, "SerializedStore"] = {}
 _shared_lock = threading.Lock()
 
 
@@ -386,10 +385,36 @@ def _s3_factory(url: str) -> S3Store:
                    timeout_s=float(q.get("timeout_s", 5.0)), **kw)
 
 
-def _memory_factory(url: str) -> MemoryStore:
+class SerializedStore:
+    """A BlockingStore that is not thread-safe (``MemoryStore``), called one call at a time
+    from the thread pool."""
+
+    def __init__(self, store: Any):
+        self.store = store
+        self._lock = threading.Lock()
+
+    def list(self, cluster: str) -> dict:
+        with self._lock:
+            return self.store.list(cluster)
+
+    def get(self, cluster: str, name: str) -> Optional[tuple]:
+        with self._lock:
+            return self.store.get(cluster, name)
+
+    def put(self, cluster: str, name: str, data: bytes, if_absent: bool = False,
+            if_match: Optional[str] = None) -> str:
+        with self._lock:
+            return self.store.put(cluster, name, data, if_absent=if_absent, if_match=if_match)
+
+    def delete(self, cluster: str, name: str) -> None:
+        with self._lock:
+            self.store.delete(cluster, name)
+
+
+def _memory_factory(url: str) -> SerializedStore:
     name = urlsplit(url).netloc + urlsplit(url).path
     with _shared_lock:
-        return _memory.setdefault(name, MemoryStore())
+        return _memory.setdefault(name, SerializedStore(MemoryStore()))
 
 
 register_store("file", _file_factory)
@@ -659,6 +684,25 @@ def members_file_url(store_url: str, cluster: str, name: str) -> str:
     if not path.startswith("/"):
         path = "/" + path
     return _unsplit(parts.scheme, parts.netloc, path, parts.query)
+
+
+_claimed: set = set()
+_claimed_lock = threading.Lock()
+
+
+def claim_identity(mf: MembersFile, cluster: str, name: Optional[str]) -> Optional[Entry]:
+    """The line this member takes from the bootstrap file, once per process: the line of
+    logical name ``name``, or without a name the first line in file order not taken yet.
+    None: no line left (or ``name`` is not in the file): the member takes a random UUID and
+    announces itself when it joins."""
+    with _claimed_lock:
+        for e in mf.entries:
+            if (cluster, e.uid) in _claimed:
+                continue
+            if name is None or e.name == name:
+                _claimed.add((cluster, e.uid))
+                return e
+        return None
 
 
 async def prepare_channel(config: Any, cluster: str, name: str, named: bool,
