@@ -71,7 +71,7 @@ class StackConfig:
             unicast=UnicastConfig(xmit_interval_s=0.02),
             stable=StableConfig(desired_avg_gossip_s=0.2),
             gms=GmsConfig(join_timeout_s=0.5, view_bundling_s=0.002, view_ack_timeout_s=1.0,
-                          leave_drain_s=1.0, leave_timeout_s=2.0),
+                          leave_timeout_s=2.0),
         )
         return cfg.with_options(**options)
 
@@ -90,7 +90,7 @@ class StackConfig:
             unicast=UnicastConfig(xmit_interval_s=0.2),
             stable=StableConfig(desired_avg_gossip_s=1.0),
             gms=GmsConfig(join_timeout_s=5.0, view_bundling_s=0.05, view_ack_timeout_s=5.0,
-                          leave_drain_s=5.0, leave_timeout_s=10.0),
+                          leave_timeout_s=10.0),
         )
         return cfg.with_options(**options)
 

@@ -66,16 +66,6 @@ class Stability:
 
 
 @dataclass
-class OwnUnstable:
-    """NAKACK answers how many of this member's multicasts are not yet stable."""
-
-
-@dataclass
-class RunStable:
-    """Ask STABLE to start a gossip round now (used by a draining leaver)."""
-
-
-@dataclass
 class AddPhysical:
     """Teach the transport where a member listens."""
     addr: Address

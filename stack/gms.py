@@ -1,9 +1,9 @@
 """GMS: group membership with agreed views (seed 003).
 
 The oldest member not declared dead (``members[0]`` normally) is coordinator. Joiners
-discover it and send JOIN_REQ; leavers drain their multicasts (wait until STABLE reports
-them delivered everywhere) and send LEAVE_REQ; SWIM's verdicts (MemberDead) mark members to
-exclude. The coordinator keeps a pending membership, so requests that arrive while a view is
+discover it and send JOIN_REQ; leavers send LEAVE_REQ at once (the flush of the view change
+that removes them carries their last multicasts to every member); SWIM's verdicts
+(MemberDead) mark members to exclude. The coordinator keeps a pending membership, so requests that arrive while a view is
 in flight build on it and none is lost; it bundles requests for ``view_bundling_s``,
 multicasts the VIEW reliably (NAKACK: views install in FIFO order with its other messages)
 and waits for VIEW_ACKs before the next change. A joiner gets JOIN_RSP with the view and a
@@ -25,8 +25,8 @@ from typing import Any, Optional
 
 from .address import Address
 from .events import (AddPhysical, Catchup, Connect, FindMembers, GetDigest, GetPhysical, Leave,
-                     MemberDead, MembershipStatus, MergeDigest, MergeInfo, OwnUnstable,
-                     RunStable, SetDigest, Stability, Unsuspect, ViewInstalled)
+                     MemberDead, MembershipStatus, MergeDigest, MergeInfo, SetDigest,
+                     Stability, Unsuspect, ViewInstalled)
 from .gms_merge import Merger
 from .layer import Layer, MALFORMED
 from .message import CONTROL, INTERNAL, Message
@@ -59,7 +59,7 @@ from .gms_merge import INSTALL_MERGE, MERGE_REQ, MERGE_RSP  # noqa: E402  (types
 
 from .flush import FLUSH_CUT, FLUSH_DONE, FLUSH_OK, START_FLUSH, Flush  # noqa: E402  (types 11-12)
 
-JOIN_REQ, JOIN_RSP, LEAVE_REQ, VIEW, VIEW_ACK, NOT_MEMBER = range(6)
+JOIN_REQ, JOIN_RSP, LEAVE_REQ, VIEW, VIEW_ACK, NOT_MEMBER, LEAVE_RSP = range(7)
 
 
 class State(enum.Enum):
@@ -87,8 +87,6 @@ class GmsConfig:
     view_ack_timeout_s: float = 2.0
     """Wait at most this long for VIEW_ACKs (and for survivors' digests, and for a
     catch-up) before going on."""
-    leave_drain_s: float = 2.0
-    """A leaver waits at most this long for its multicasts to become stable."""
     leave_timeout_s: float = 5.0
     """A leaver gives up waiting for the view that excludes it after this long."""
     merge_check_s: float = 1.0
@@ -125,8 +123,6 @@ class Gms(Layer):
         # member side
         self.deferred: list = []              # views waiting behind a catch-up
         self.catching_up = False
-        self.drain_deadline = 0.0
-        self.drained = False
         self.highest_counter = 0              # no view id is ever created twice
         self.stale_infos: dict = {}  # member of our view -> INFOs of a newer view
         self.merger = Merger(self)
@@ -292,7 +288,7 @@ class Gms(Layer):
                 self._become_singleton("excluded")
             elif view.view_id.coord != local:  # a leaving creator waits for the acks first
                 self._finish_leave("left")
-        elif self.state is State.LEAVING and self.drained:
+        elif self.state is State.LEAVING:
             self._request_leave()
         elif self.is_coord and (self.joins or self.leaves or self.suspects):
             self._schedule_view()
@@ -378,8 +374,8 @@ class Gms(Layer):
         survivors = [m for m in self.view.members if m not in self.suspects]
         if self.ctx.local not in survivors:
             survivors.append(self.ctx.local)
-        # freeze only the crashed: leavers drained already, and a leaving coordinator
-        # still has to send the VIEW
+        # freeze only the crashed: leavers take part in the flush (the cut carries their
+        # last multicasts to everyone), and a leaving coordinator still has to send the VIEW
         self.flush.start(survivors, crashed, self._flushed)
 
     def _emit_view(self, base: list, counter: int, final: Optional[dict]) -> None:
@@ -390,8 +386,8 @@ class Gms(Layer):
         members = [m for m in base if m not in leaves and m not in self.suspects] + joins
         if members == list(self.view.members) and not final:
             return
-        if not members:  # the last member leaves
-            self._finish_leave("left")
+        if not members:  # the last members leave, we among them: no view to send
+            self._dismiss([g for g in leaves if g != local])
             return
         self.highest_counter = max(self.highest_counter, counter)
         view = View(ViewId(local, self.next_counter()), tuple(members))
@@ -417,6 +413,20 @@ class Gms(Layer):
         old = self.view.members
         self.acks = set(members) | {m for m in old if m in leaves}
         self.ack_view = view.view_id.id
+        self.ack_timer = self.ctx.schedule(self.config.view_ack_timeout_s, self._ack_timeout)
+
+    def _dismiss(self, leavers: list) -> None:
+        """Tell the other last leavers they may go (LEAVE_RSP) and leave once they acked it,
+        or after ``view_ack_timeout_s``: while we wait, UNICAST retransmits what was lost."""
+        self.tmp = []
+        if not leavers:
+            self._finish_leave("left")
+            return
+        counter = self.next_counter()
+        for gone in leavers:
+            self._send(gone, [LEAVE_RSP, counter])
+        self.acks = set(leavers)
+        self.ack_view = counter
         self.ack_timer = self.ctx.schedule(self.config.view_ack_timeout_s, self._ack_timeout)
 
     def _on_ack(self, sender: Address, counter: int) -> None:
@@ -463,22 +473,7 @@ class Gms(Layer):
         if self.state is not State.MEMBER:
             return
         self.state = State.LEAVING
-        self.drain_deadline = self.ctx.now() + self.config.leave_drain_s
-        self.ctx.schedule(self.config.leave_drain_s + self.config.leave_timeout_s,
-                          lambda: self._finish_leave("timeout"))
-        self.below.down_event(RunStable())
-        self._drain()
-
-    def _drain(self) -> None:
-        if self.state is not State.LEAVING:
-            return
-        unstable = self.below.down_event(OwnUnstable()) or 0
-        if unstable and self.ctx.now() < self.drain_deadline:
-            self.ctx.schedule(0.01, self._drain)
-            return
-        if unstable:
-            self.stats["leave_undrained"] += 1
-        self.drained = True
+        self.ctx.schedule(self.config.leave_timeout_s, lambda: self._finish_leave("timeout"))
         self._request_leave()
 
     def _request_leave(self) -> None:
@@ -539,6 +534,11 @@ class Gms(Layer):
             self._on_join_rsp(h)
         elif typ == LEAVE_REQ:
             self._on_leave_req(sender)
+        elif typ == LEAVE_RSP:
+            # our coordinator leaves with the last members, us among them
+            if self.state is State.LEAVING and sender == self.coordinator:
+                self._send(sender, [VIEW_ACK, sender.uid, int(h[1])])
+                self._finish_leave("left")
         elif typ == START_FLUSH:
             self.flush.on_start(sender, h[1], h[2], h[3])
         elif typ == FLUSH_OK:
@@ -573,7 +573,7 @@ class Gms(Layer):
                 self.flush.member_dead(ev.addr)  # a flush waiting for it starts over
                 if self.is_coord:
                     self._schedule_view()
-                elif self.state is State.LEAVING and self.drained:
+                elif self.state is State.LEAVING:
                     self._request_leave()
         elif t is Unsuspect:
             if not self.flush.busy:

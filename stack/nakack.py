@@ -22,8 +22,8 @@ from typing import Any
 import msgpack
 
 from .errors import RaygroupsError
-from .events import (Catchup, Freeze, GetDigest, MergeDigest, OwnUnstable, SetDigest,
-                     Stability, ViewInstalled, Writable)
+from .events import (Catchup, Freeze, GetDigest, MergeDigest, SetDigest, Stability,
+                     ViewInstalled, Writable)
 from .layer import Layer, MALFORMED
 from .message import CONTROL, INTERNAL, NO_RELIABILITY, Message
 
@@ -330,8 +330,6 @@ class NakAck(Layer):
         if t is Stability:
             self._stable(ev.digest)
             return None
-        if t is OwnUnstable:
-            return len(self.sent)
         if t is Freeze:
             if ev.view_id is not None and (self.frozen_for is None or self.frozen_for < ev.view_id):
                 self.frozen_for = ev.view_id

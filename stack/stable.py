@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .events import GetDigest, RunStable, Stability, ViewInstalled
+from .events import GetDigest, Stability, ViewInstalled
 from .layer import Layer, MALFORMED
 from .message import CONTROL, Message
 
@@ -25,8 +25,8 @@ _INT = {int}
 @dataclass
 class StableConfig:
     desired_avg_gossip_s: float = 0.2
-    """How often each member gossips its digest. Shorter frees send windows sooner and
-    lets leavers drain faster, for a little more control traffic."""
+    """How often each member gossips its digest. Shorter frees send windows sooner, for a
+    little more control traffic."""
     max_bytes: int = 2_000_000
     """Gossip early once this many payload bytes were delivered since the last gossip."""
     stability_delay_s: float = 0.005
@@ -128,7 +128,4 @@ class Stable(Layer):
             self.members = v.members
             self.vid = [v.view_id.coord.uid, v.view_id.id]
             self._reset()
-        elif t is RunStable:
-            self._gossip()
-            return None
         return self.below.down_event(ev)

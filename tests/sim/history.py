@@ -17,6 +17,11 @@ def _parse(payload: bytes) -> tuple:
     return payload[:16] + payload[20:], int.from_bytes(payload[16:20], "big")
 
 
+def _short(stream: bytes) -> str:
+    """A sender's stream for messages: its uid's significant hex digits (+ O if ordered)."""
+    return stream[:16].hex().lstrip("0")[:8] + stream[16:].decode()
+
+
 def _member_of(change: ViewChange, member) -> bool:
     """Whether the member that got ``change`` belongs to the new view (an excluded member
     sees the view that drops it, but does not move into it)."""
@@ -121,7 +126,7 @@ class History:
             for sender, ks in self.delivered_by(m).items():
                 for a, b in zip(ks, ks[1:]):
                     if b != a + 1 and not (gaps and b > a):
-                        self.fail(f"{m.name} delivered {a} then {b} from {sender.hex()[:8]}")
+                        self.fail(f"{m.name} delivered {a} then {b} from {_short(sender)}")
 
     def check_no_loss(self, survivors) -> None:
         for m in survivors:
@@ -129,7 +134,7 @@ class History:
             me = m.address.uid
             for sender, k, members in self.sent:
                 if me in members and k not in set(got.get(sender, ())):
-                    self.fail(f"{m.name} never delivered message {k} of {sender.hex()[:8]}")
+                    self.fail(f"{m.name} never delivered message {k} of {_short(sender)}")
 
     def check_virtual_synchrony(self) -> None:
         """Members that move together from view V to view V' (as members of V') delivered

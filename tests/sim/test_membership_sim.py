@@ -49,3 +49,37 @@ def test_joins_traffic_and_leaves(sim_seed):
     h.check_all(survivors)
     # a view without the leavers, the same everywhere
     assert {a.uid for a in survivors[0].view.members} == {m.address.uid for m in survivors}
+
+
+@pytest.mark.seeds(100)
+def test_simultaneous_leaves_with_traffic(sim_seed):
+    """Several members (maybe the coordinator, maybe everyone) leave at the same moment
+    while all send: each leave completes (none waits for its timeout), and the members that
+    stay agree and delivered everything, the leavers' last messages included."""
+    sim = Simulation(sim_seed, LOSSY)
+    rng = sim.rng
+    h = History(sim)
+    members = [sim.add_member("orders", "A")]
+    sim.run_until(lambda: members[0].view is not None, 5, "founding")
+    for name in "BCDE"[:rng.randint(2, 4)]:
+        members.append(sim.add_member("orders", name))
+        sim.run_until(lambda: agreed(members), 30, f"{name} joined")
+    leavers = rng.sample(members, rng.randint(2, len(members)))
+    print(f"seed {sim_seed}: {len(members)} members, {[m.name for m in leavers]} leave")
+    for step in range(40):
+        for m in members:
+            if rng.random() < 0.5:
+                h.send(m)
+        if step == 20:
+            for m in leavers:
+                m.leave()
+        sim.run_for(rng.uniform(0.0, 0.01))
+    survivors = [m for m in members if m not in leavers]
+    sim.run_until(lambda: all(m.left for m in leavers) and (not survivors or agreed(survivors)),
+                  30, "leaves done")
+    assert [m.left.reason for m in leavers] == ["left"] * len(leavers), sim_seed
+    if survivors:
+        sim.run_until(lambda: all(len(m.delivered) >= sum(1 for s in h.sent if m.address.uid in s[2])
+                                  for m in survivors), 30, "all delivered")
+        assert {a.uid for a in survivors[0].view.members} == {m.address.uid for m in survivors}
+    h.check_all(survivors)

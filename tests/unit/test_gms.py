@@ -11,11 +11,12 @@ import pytest
 from raygroups.stack.address import Address
 from raygroups.stack.events import (AddPhysical, Catchup, Connect, FindMembers, Freeze,
                                     GetDigest, GetPhysical, Leave, MemberDead, MembershipStatus,
-                                    MergeDigest, MergeInfo, OwnUnstable, PingData, RunStable,
-                                    SetDigest, Unsuspect, ViewInstalled, Writable)
+                                    MergeDigest, MergeInfo, PingData, SetDigest, Unsuspect,
+                                    ViewInstalled, Writable)
 from raygroups.stack.flush import FLUSH_CUT, FLUSH_DONE, FLUSH_OK, START_FLUSH
-from raygroups.stack.gms import (JOIN_REQ, JOIN_RSP, LEAVE_REQ, NOT_MEMBER, STALE_INFOS, VIEW,
-                                 VIEW_ACK, Gms, GmsConfig, SendBlocked, State, cut)
+from raygroups.stack.gms import (JOIN_REQ, JOIN_RSP, LEAVE_REQ, LEAVE_RSP, NOT_MEMBER,
+                                 STALE_INFOS, VIEW, VIEW_ACK, Gms, GmsConfig, SendBlocked, State,
+                                 cut)
 from raygroups.stack.gms_merge import INSTALL_MERGE, MERGE_REQ, MERGE_RSP
 from raygroups.stack.message import CONTROL, INTERNAL, Message
 from raygroups.stack.nakack import MSG, NakAck, NakAckConfig
@@ -24,7 +25,7 @@ from raygroups.stack.view import Left, MergeView, View, ViewChange, ViewId, view
 from .sandwich import Sandwich
 
 CFG = dict(join_timeout_s=1.0, found_after_rounds=2, retry_jitter_s=0.1, view_bundling_s=0.01,
-           view_ack_timeout_s=1.0, leave_drain_s=1.0, leave_timeout_s=2.0)
+           view_ack_timeout_s=1.0, leave_timeout_s=2.0)
 OWN_PHYS = ("10.0.0.1", 7800)
 
 
@@ -35,7 +36,6 @@ def make(nakack=False, **cfg):
     s = Sandwich(*layers)
     s.gms = gms
     s.phys = {None: OWN_PHYS}
-    s.unstable = 0
     s.digest = {}
     s.catchups = []  # Catchup events NAKACK was given (without NAKACK: reached at once)
     s.catchup_now = True
@@ -46,7 +46,7 @@ def make(nakack=False, **cfg):
             ev.callback()
     s.below.answers.update({GetPhysical: lambda ev: s.phys.get(ev.addr),
                             GetDigest: lambda ev: dict(s.digest),
-                            OwnUnstable: lambda ev: s.unstable, Catchup: catchup})
+                            Catchup: catchup})
     return s
 
 
@@ -451,16 +451,11 @@ def test_member_installs_newer_views_and_ignores_older_ones():
     assert views(s)[-1].members[2].name == "C"
 
 
-def test_graceful_leave_drains_then_requests_and_finishes_on_the_view():
+def test_graceful_leave_requests_at_once_and_finishes_on_the_view():
     s = member()
-    s.unstable = 2
     s.down_event(Leave())
     assert s.gms.state is State.LEAVING
-    assert RunStable() in s.below.events
-    s.advance(0.5)
-    assert sent(s, LEAVE_REQ) == []  # still draining
-    s.unstable = 0
-    s.advance(0.02)
+    # no wait for stability: the flush of the view change carries our last multicasts
     [req] = sent(s, LEAVE_REQ)
     assert req.dest == s.a and req.flags & INTERNAL
     v6 = View(ViewId(s.a, 6), (s.a, s.c))
@@ -470,13 +465,54 @@ def test_graceful_leave_drains_then_requests_and_finishes_on_the_view():
     assert s.gms.state is State.LEFT
 
 
-def test_leave_gives_up_draining_at_the_deadline():
+def test_leave_gives_up_when_no_view_comes():
     s = member()
-    s.unstable = 5
     s.down_event(Leave())
     s.advance(1.05)
-    assert len(sent(s, LEAVE_REQ)) == 1
-    assert s.gms.stats["leave_undrained"] == 1
+    assert len(sent(s, LEAVE_REQ)) == 2  # asked again after view_ack_timeout_s
+    assert s.above.events_of(Left) == []
+    s.advance(1.0)
+    assert s.above.events_of(Left) == [Left("timeout")] and s.gms.state is State.LEFT
+
+
+def test_everyone_leaving_at_once_is_told_to_go():
+    """The coordinator's last view change removes every member: it sends no view, so each
+    other leaver gets LEAVE_RSP and is done at once instead of at its timeout."""
+    s = coordinator()
+    for m in (s.b, s.c):
+        s.up(Message(s.local, b"", INTERNAL, {5: [LEAVE_REQ]}, m))
+    s.down_event(Leave())
+    s.advance(0.02)
+    run_flush(s)
+    rsps = sent(s, LEAVE_RSP)
+    assert sorted(m.dest for m in rsps) == sorted([s.b, s.c]) and views(s)[-1].members != ()
+    counter = hdr(rsps[0])[1]
+    # it leaves once both acknowledged (UNICAST retransmits a lost LEAVE_RSP meanwhile)
+    s.up(ack(s, s.b, counter))
+    assert s.above.events_of(Left) == []
+    s.up(ack(s, s.c, counter))
+    assert s.above.events_of(Left) == [Left("left")]
+    # ... or after view_ack_timeout_s without them
+    t = coordinator()
+    t.up(Message(t.local, b"", INTERNAL, {5: [LEAVE_REQ]}, t.b))
+    t.up(Message(t.local, b"", INTERNAL, {5: [LEAVE_REQ]}, t.c))
+    t.down_event(Leave())
+    t.advance(0.02)
+    run_flush(t)
+    t.advance(1.05)
+    assert t.above.events_of(Left) == [Left("left")]
+    # a leaver acknowledges and is done when its coordinator says so; a member that is not
+    # leaving ignores it, and so does a leaver told by another member
+    m = member()
+    m.up(Message(m.local, b"", INTERNAL, {5: [LEAVE_RSP, 9]}, m.a))
+    assert m.above.events_of(Left) == [] and m.gms.state is State.MEMBER
+    m.down_event(Leave())
+    m.below.take()
+    m.up(Message(m.local, b"", INTERNAL, {5: [LEAVE_RSP, 9]}, m.c))
+    assert m.above.events_of(Left) == []
+    m.up(Message(m.local, b"", INTERNAL, {5: [LEAVE_RSP, 9]}, m.a))
+    assert [(x.dest, hdr(x)) for x in sent(m, VIEW_ACK)] == [(m.a, [VIEW_ACK, m.a.uid, 9])]
+    assert m.above.events_of(Left) == [Left("left")]
 
 
 def test_coordinator_leaving_hands_over_and_waits_for_acks():

@@ -1,7 +1,7 @@
 """NAKACK in a sandwich: seqnos, FIFO delivery, NAKs, retransmission, HIGHEST, stability."""
 import pytest
 
-from raygroups.stack.events import (Catchup, Freeze, GetDigest, MergeDigest, OwnUnstable,
+from raygroups.stack.events import (Catchup, Freeze, GetDigest, MergeDigest,
                                     SetDigest, Stability, ViewInstalled, Writable)
 from raygroups.stack.message import CONTROL, INTERNAL, NO_RELIABILITY, Message
 from raygroups.stack.nakack import (HIGHEST, MSG, XMIT_REQ, NakAck, NakAckConfig,
@@ -41,7 +41,7 @@ def test_multicasts_get_consecutive_seqnos():
         s.down(Message(None, f"p{i}"))
     # [MSG, seqno, the sender's view counter]
     assert [m.headers[2] for m in s.below.sent] == [[MSG, 1, 1], [MSG, 2, 1], [MSG, 3, 1]]
-    assert s.down_event(OwnUnstable()) == 3
+    assert sorted(s.layer.sent) == [1, 2, 3]  # kept for retransmission until stable
 
 
 @pytest.mark.parametrize("msg_factory", [
@@ -176,10 +176,10 @@ def test_stability_purges_send_buffer_and_restores_writability():
     s.down(Message(None, 5))
     assert s.above.events == [Writable("nakack", False)]  # reported once
     s.down_event(Stability({s.local: 3}))
-    assert s.down_event(OwnUnstable()) == 3
+    assert len(s.layer.sent) == 3
     assert s.above.events == [Writable("nakack", False)]  # 3 >= window/2: still blocked
     s.down_event(Stability({s.local: 5}))
-    assert s.down_event(OwnUnstable()) == 1
+    assert len(s.layer.sent) == 1
     assert s.above.events == [Writable("nakack", False), Writable("nakack", True)]
     assert sorted(s.layer.sent) == [6]
 
@@ -330,12 +330,12 @@ def test_stability_beyond_own_highest_sent_does_not_leak_later_messages():
     for i in range(3):
         s.down(Message(None, i))
     s.down_event(Stability({s.local: 1000}))
-    assert s.down_event(OwnUnstable()) == 0
+    assert not s.layer.sent
     s.down(Message(None, "later1"))
     s.down(Message(None, "later2"))
     assert [m.headers[2][1] for m in s.below.sent[-2:]] == [4, 5]
     s.down_event(Stability({s.local: 5}))
-    assert s.down_event(OwnUnstable()) == 0
+    assert not s.layer.sent
 
 
 # -- views: messages of a newer view, flush freezes, catch-ups ------------------------------

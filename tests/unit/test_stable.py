@@ -1,7 +1,7 @@
 """STABLE in a sandwich: gossip, min-merge, STABILITY after hearing from everyone."""
 import pytest
 
-from raygroups.stack.events import GetDigest, RunStable, Stability, ViewInstalled
+from raygroups.stack.events import GetDigest, Stability, ViewInstalled
 from raygroups.stack.message import CONTROL, Message
 from raygroups.stack.stable import GOSSIP, STABILITY, Stable, StableConfig
 from raygroups.stack.view import View, ViewId
@@ -49,12 +49,6 @@ def test_gossip_carries_the_digest_aligned_to_view_members():
     assert g[0].dest is None and g[0].flags == CONTROL
     assert g[0].headers[4] == [GOSSIP, s.vid, [2, 0, 7]]
     assert s.below.events_of(GetDigest) == [GetDigest(sent=False)]
-
-
-def test_run_stable_gossips_now():
-    s = make({})
-    s.down_event(RunStable())
-    assert len(of_type(s.below.sent, GOSSIP)) == 1
 
 
 def test_stability_only_after_hearing_from_all_members_with_min_merge():
