@@ -4,10 +4,14 @@ Each member runs in its own process. Throughput: member 0 multicasts N messages 
 the stack lets it; the figure is N divided by the time from the first send until the
 slowest member delivered the last message. Latency: member 0 sends paced messages stamped
 with the (system-wide) monotonic clock; receivers report p50/p99 of delivery delay. Join:
-time of ``Channel.connect()`` for the 2nd and the 10th member with static discovery.
+time of ``Channel.connect()`` for the 2nd and the 10th member with static discovery. Leave:
+time of ``Channel.close()`` (a graceful leave, done when the view without the leaver is
+agreed) of one member of 5 whose others run in another process, and of all 5 members of one
+process closing together.
 
     python bench/multicast.py                 # the full table
     python bench/multicast.py --quick         # fewer messages, fewer rows
+    python bench/multicast.py --no-throughput # join and leave times only
 """
 from __future__ import annotations
 
@@ -128,29 +132,68 @@ def group_proc(k: int, kind: str, cluster: str, ports: list, ready, stop, uvloop
     asyncio.run(main())
 
 
-def run_join(existing: int, kind: str, trials: int, uvloop: bool) -> dict:
+def with_group(existing: int, kind: str, uvloop: bool, fn) -> float:
+    """``fn(cluster, ports)`` (a coroutine function returning seconds) run in this process
+    while ``existing`` members run in another."""
     ctx = mp.get_context("spawn")
-    times = []
-    for _ in range(trials):
-        ports = free_ports(existing + 1)
-        cluster = f"join-{os.getpid()}-{time.monotonic_ns()}"
-        ready, stop = ctx.Event(), ctx.Event()
-        p = ctx.Process(target=group_proc, args=(existing, kind, cluster, ports, ready, stop, uvloop))
-        p.start()
+    ports = free_ports(existing + 1)
+    cluster = f"bench-{os.getpid()}-{time.monotonic_ns()}"
+    ready, stop = ctx.Event(), ctx.Event()
+    p = ctx.Process(target=group_proc, args=(existing, kind, cluster, ports, ready, stop, uvloop))
+    p.start()
+    try:
         ready.wait(60)
-
-        async def join():
-            c = Channel(cluster, name=f"m{existing}", config=config(kind, ports, existing))
-            t0 = time.perf_counter()
-            await c.connect(timeout=30)
-            dt = time.perf_counter() - t0
-            await c.close()
-            return dt
-        times.append(asyncio.run(join()))
+        return asyncio.run(fn(cluster, ports))
+    finally:
         stop.set()
         p.join(30)
-    return {"member": existing + 1, "transport": kind, "join_ms_median": 1000 * statistics.median(times),
-            "join_ms_min": 1000 * min(times), "join_ms_max": 1000 * max(times)}
+
+
+def figures(times: list, key: str) -> dict:
+    return {f"{key}_ms_median": 1000 * statistics.median(times),
+            f"{key}_ms_min": 1000 * min(times), f"{key}_ms_max": 1000 * max(times)}
+
+
+def run_join(existing: int, kind: str, trials: int, uvloop: bool) -> dict:
+    async def join(cluster, ports):
+        c = Channel(cluster, name=f"m{existing}", config=config(kind, ports, existing))
+        t0 = time.perf_counter()
+        await c.connect(timeout=30)
+        dt = time.perf_counter() - t0
+        await c.close()
+        return dt
+    times = [with_group(existing, kind, uvloop, join) for _ in range(trials)]
+    return {"member": existing + 1, "transport": kind, **figures(times, "join")}
+
+
+def run_leave(n: int, kind: str, trials: int, uvloop: bool) -> dict:
+    """One member of ``n`` leaves (its others in another process); then ``n`` members of one
+    process close together."""
+    async def leave(cluster, ports):
+        c = Channel(cluster, name=f"m{n - 1}", config=config(kind, ports, n - 1))
+        await c.connect(timeout=30)
+        while len(c.view) < n:
+            await asyncio.sleep(0.01)
+        t0 = time.perf_counter()
+        await c.close()
+        return time.perf_counter() - t0
+
+    async def all_close():
+        ports = free_ports(n)
+        cluster = f"bench-{os.getpid()}-{time.monotonic_ns()}"
+        chans = []
+        for i in range(n):
+            chans.append(Channel(cluster, name=f"m{i}", config=config(kind, ports, i)))
+            await chans[-1].connect(timeout=30)
+        while any(len(c.view) < n for c in chans):
+            await asyncio.sleep(0.01)
+        t0 = time.perf_counter()
+        await asyncio.gather(*(c.close() for c in chans))
+        return time.perf_counter() - t0
+    one = [with_group(n - 1, kind, uvloop, leave) for _ in range(trials)]
+    together = [asyncio.run(all_close()) for _ in range(trials)]
+    return {"members": n, "transport": kind, **figures(one, "leave"),
+            **figures(together, "close_all")}
 
 
 def main() -> None:
@@ -158,11 +201,12 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--uvloop", action="store_true", help="run members on uvloop")
     ap.add_argument("--json", help="write the rows to this file")
+    ap.add_argument("--no-throughput", action="store_true", help="join and leave times only")
     args = ap.parse_args()
     count = 20_000 if args.quick else 100_000
     rows = []
     members = (3,) if args.quick else (2, 3, 5)
-    for kind in ("udp", "tcp"):
+    for kind in () if args.no_throughput else ("udp", "tcp"):
         for n in members:
             for size in (100, 1000):
                 r = run_throughput(n, kind, size, count, 2000, args.uvloop)
@@ -176,9 +220,15 @@ def main() -> None:
         joins.append(j)
         print(f"join of member {j['member']:2} (static discovery): median {j['join_ms_median']:.1f} ms "
               f"(min {j['join_ms_min']:.1f}, max {j['join_ms_max']:.1f})", flush=True)
+    lv = run_leave(5, "udp", 3 if args.quick else 5, args.uvloop)
+    print(f"leave of 1 member of 5 (close): median {lv['leave_ms_median']:.1f} ms "
+          f"(min {lv['leave_ms_min']:.1f}, max {lv['leave_ms_max']:.1f}); all 5 closing "
+          f"together: median {lv['close_all_ms_median']:.1f} ms (min {lv['close_all_ms_min']:.1f}, "
+          f"max {lv['close_all_ms_max']:.1f})", flush=True)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"throughput": rows, "join": joins, "uvloop": args.uvloop}, f, indent=2)
+            json.dump({"throughput": rows, "join": joins, "leave": lv, "uvloop": args.uvloop},
+                      f, indent=2)
 
 
 if __name__ == "__main__":
