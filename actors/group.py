@@ -301,74 +301,70 @@ class Group:
 
     def _call(self, method: str, *args: Any, member: Optional[str] = None,
               timeout: Optional[float] = CALL_TIMEOUT_S, **kw: Any) -> Any:
+        """``method`` on ``member``, or on the current member, then the others, then (after
+        looking the group up again) the members found then, until one answers."""
         last: Optional[BaseException] = None
         for refreshed in (False, True):
             if refreshed:
-                if member is not None:
+                if member is not None or last is None:
                     break
                 self._refresh()
             for name in self._targets(member):
                 try:
-                    h = self._handle(name)
-                    out = ray.get(getattr(h, method).remote(*args, **kw), timeout=timeout)
-                except RayTaskError as e:
-                    cause = _unwrap(e)
-                    if isinstance(cause, NotMember) and member is None:
-                        last = cause
-                        self._failed(name, cause)
-                        continue
-                    raise cause from None
-                except (RayActorError, NotMember) as e:
-                    last = e if isinstance(e, RaygroupsError) else GroupClosed(
-                        f"member {name} of {self.cluster!r} is gone ({type(e).__name__})")
-                    self._failed(name, e)
+                    out = ray.get(getattr(self._handle(name), method).remote(*args, **kw),
+                                  timeout=timeout)
+                except (RayTaskError, RayActorError, NotMember) as e:
+                    last = self._failure(name, e, member)
                     if member is not None:
                         break
                     continue
                 except GetTimeoutError:
                     raise TimeoutError(f"{method} on {name} took over {timeout}s") from None
-                self._current = name
-                self._avoid.discard(name)
+                self._answered(name)
                 return out
-            if last is None or isinstance(last, NotMember) and member is not None:
-                break
         raise last if last is not None else NoSuchGroup(self.cluster)
 
     async def _acall(self, method: str, *args: Any, member: Optional[str] = None,
                      timeout: Optional[float] = CALL_TIMEOUT_S, **kw: Any) -> Any:
+        """``_call`` for asyncio callers."""
         last: Optional[BaseException] = None
         for refreshed in (False, True):
             if refreshed:
-                if member is not None:
+                if member is not None or last is None:
                     break
                 await asyncio.to_thread(self._refresh)
             for name in self._targets(member):
                 try:
-                    h = self._handle(name)
-                    ref = getattr(h, method).remote(*args, **kw)
+                    ref = getattr(self._handle(name), method).remote(*args, **kw)
                     out = await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout)
-                except RayTaskError as e:
-                    cause = _unwrap(e)
-                    if isinstance(cause, NotMember) and member is None:
-                        last = cause
-                        self._failed(name, cause)
-                        continue
-                    raise cause from None
-                except (RayActorError, NotMember) as e:
-                    last = e if isinstance(e, RaygroupsError) else GroupClosed(
-                        f"member {name} of {self.cluster!r} is gone ({type(e).__name__})")
-                    self._failed(name, e)
+                except (RayTaskError, RayActorError, NotMember) as e:
+                    last = self._failure(name, e, member)
                     if member is not None:
                         break
                     continue
                 except asyncio.TimeoutError:
                     raise TimeoutError(f"{method} on {name} took over {timeout}s") from None
-                self._current = name
-                self._avoid.discard(name)
+                self._answered(name)
                 return out
-            if last is None or isinstance(last, NotMember) and member is not None:
-                break
         raise last if last is not None else NoSuchGroup(self.cluster)
+
+    def _failure(self, name: str, e: BaseException, member: Optional[str]) -> BaseException:
+        """A call on ``name`` failed with ``e``: raises what the caller must see (an error
+        of the method itself); returns the error to report if no other member answers (the
+        member is gone, or is not in the group: another one may be)."""
+        if isinstance(e, RayTaskError):
+            cause = _unwrap(e)
+            if not (isinstance(cause, NotMember) and member is None):
+                raise cause from None
+            self._failed(name, cause)
+            return cause
+        self._failed(name, e)
+        return e if isinstance(e, RaygroupsError) else GroupClosed(
+            f"member {name} of {self.cluster!r} is gone ({type(e).__name__})")
+
+    def _answered(self, name: str) -> None:
+        self._current = name
+        self._avoid.discard(name)
 
     def _await_joined(self, names: list, timeout: float, progress) -> None:
         if not names:

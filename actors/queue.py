@@ -387,7 +387,7 @@ class QueueHost:
     async def settle(self, name: str, op: str, tokens: list) -> list:
         """[None or the error] per token."""
         from raygroups.stack.workqueue import NotAcquired, StaleEpoch
-        svc = self._svc()
+        self._svc()  # QueueNotPrimary without a channel
         out = []
         todo = []
         for t in tokens:
@@ -401,7 +401,7 @@ class QueueHost:
 
         async def one(i, t, d):
             try:
-                await svc._call(lambda cb: svc.replica.settle(op, d.acquired, cb))
+                await d.queue.settle(op, d)
                 self._forget(name, t)
             except Exception as e:
                 if isinstance(e, (StaleEpoch, NotAcquired)):
