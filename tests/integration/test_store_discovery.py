@@ -1,9 +1,11 @@
 """Store discovery with real channels on loopback (no IP multicast anywhere: UDP unicast
-fan-out or TCP), against a local directory and against moto's S3 server (a real HTTP S3
-API started on a free loopback port): join (2 store reads, 1 write), coordinator change,
-partition with two files and merge to one, the stale file of a kill -9, concurrent joins with
-a conditional-write conflict (no member line lost), the store down for 10 s mid-run, and a
-hand-edited file with malformed lines."""
+fan-out or TCP), against a local directory, moto's S3 server (a real HTTP S3 API started on a
+free loopback port) and Ray's internal KV (the run's shared Ray session): join (2 store
+reads, 1 write), coordinator change, partition with two files and merge to one, the stale
+file of a kill -9, concurrent joins with a conditional-write conflict (no member line lost),
+and a hand-edited file with malformed lines. The store down for 10 s mid-run: the directory
+(its share unmounted) and the S3 server (stopped); Ray's KV lives in the GCS of the run's one
+Ray session, which cannot go away and come back under the other tests."""
 import asyncio
 import itertools
 import logging
@@ -19,6 +21,7 @@ from raygroups.stack.runtime.stores import open_store
 
 from ..netutil import free_port
 
+pytest_plugins = ["tests.ray_fixtures"]  # the one Ray session of the run (ray-kv://)
 _ids = itertools.count()
 BUCKET = "raygroups-test"
 
@@ -48,6 +51,9 @@ class Store:
             self.root = str(tmp_path / "store")
             self.url = "file://" + self.root + "?retry_s=0.5"
             self.transport = dict(transport__ip_multicast=False)  # UDP, one unicast per member
+        elif kind == "ray-kv":
+            self.url = f"ray-kv://rgsd{os.getpid()}x{next(_ids)}?retry_s=0.5"
+            self.transport = dict(transport__ip_multicast=False)
         else:
             self.s3 = s3
             self.url = (f"s3://{BUCKET}/t{next(_ids)}?endpoint_url={s3['endpoint']}"
@@ -91,10 +97,23 @@ class Store:
             self.s3["server"].start()
 
 
-@pytest.fixture(params=["dir", "s3"])
-def store(request, tmp_path):
+def _store(request, tmp_path):
     s3 = request.getfixturevalue("s3_server") if request.param == "s3" else None
+    if request.param == "ray-kv":
+        request.getfixturevalue("ray_session")
+        import raygroups.actors  # noqa: F401  (registers ray-kv://)
     return Store(request.param, tmp_path, s3)
+
+
+@pytest.fixture(params=["dir", "s3", "ray-kv"])
+def store(request, tmp_path):
+    return _store(request, tmp_path)
+
+
+@pytest.fixture(params=["dir", "s3"])
+def outage_store(request, tmp_path):
+    """A store the test can take down and bring back."""
+    return _store(request, tmp_path)
 
 
 async def wait_for(pred, timeout=30.0, what="condition"):
@@ -272,7 +291,9 @@ def test_concurrent_joins_lose_no_member_line(store):
     asyncio.run(main())
 
 
-def test_store_down_for_10s_the_group_runs_on_and_the_file_catches_up(store, caplog):
+def test_store_down_for_10s_the_group_runs_on_and_the_file_catches_up(outage_store, caplog):
+    store = outage_store
+
     async def main():
         cluster = f"down-{next(_ids)}"
         cfg = store.config(store__retry_max_s=1.0)
