@@ -59,18 +59,15 @@ def _say(progress: Optional[Callable[[str], None]], text: str) -> None:
 
 
 def _supervise(cfg: StackConfig, node_id: str, detached: bool, done: set) -> None:
-    """With a discovery store and issue 5's supervisors: the node's DiscoverySupervisor,
-    created here (once per node and store) so that it lives as long as the group's members
-    (detached with them) rather than as long as the member that would create it first."""
+    """With a discovery store: the node's DiscoverySupervisor, created here (once per node
+    and store) so that it lives as long as the group's members (detached with them) rather
+    than as long as the member that would create it first."""
+    from .supervisors import discovery_supervisor
     url = getattr(getattr(cfg, "store", None), "url", None)
     if not url or (node_id, url) in done:
         return
     done.add((node_id, url))
-    try:
-        from .supervisors import discovery_supervisor
-        discovery_supervisor(url, node_id, detached=detached)
-    except Exception:  # no supervisors in this version: members call the store themselves
-        pass
+    discovery_supervisor(url, node_id, detached=detached)
 
 
 class Group:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import inspect
 import os
 import time
 from dataclasses import dataclass, field
@@ -210,17 +209,12 @@ class MemberActor(QueueMethods):
         self._joined.set()
 
     def _store_client(self) -> Any:
-        """With store discovery and issue 5's supervisors present: the node's
-        DiscoverySupervisor as the store (it caches and counts for every member on the node)."""
+        """With store discovery: the node's DiscoverySupervisor as the store (it caches and
+        counts for every member on the node)."""
         st = getattr(self.spec.config, "store", None)
         if st is None or not self.spec.use_supervisor or not getattr(st, "url", None):
             return None
-        if "store" not in inspect.signature(Channel.__init__).parameters:
-            return None
-        try:
-            from .supervisors import SupervisorStoreClient, discovery_supervisor
-        except ImportError:
-            return None
+        from .supervisors import SupervisorStoreClient, discovery_supervisor
         try:
             handle = discovery_supervisor(st.url, self.node_id,
                                           detached=self.spec.extra.get("detached", False))

@@ -8,7 +8,7 @@ batches. A layer consumes only messages that carry its own header and passes the
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Callable, ClassVar, Optional, Protocol
+from typing import Any, Callable, ClassVar, Protocol
 
 from .address import Address, AddressBook
 from .message import INTERNAL

@@ -56,7 +56,7 @@ from typing import Any, Callable, Optional
 
 from ..events import (AddPhysical, DiscoveryTargets, EmitTo, FindMembers, GetPhysical, Leave,
                       MembershipStatus, MergeInfo, PingData, ViewInstalled)
-from ..layer import MALFORMED, Layer
+from ..layer import Layer
 from ..message import CONTROL, Message
 from ..view import MergeView, View
 from .members_file import SUFFIX, Entry, MembersFile, file_name, uid_from_file_name
