@@ -6,8 +6,10 @@ that calls the discovery store in a Ray deployment. Members on its node talk to 
 It caches the members file for every member on the node (a read younger than ``ttl_s`` is
 answered from the cache, a read while the store is down from the last copy), coalesces
 concurrent reads of the same object into one store call, and counts every store call by kind
-(list, get, put, delete). Its logic is ``DiscoveryService``, plain Python: without Ray, give
-channels ``ThreadedStoreClient(DiscoveryService(url).store)``.
+(list, get, put, delete). If its process dies, Ray restarts it (``max_restarts=-1``): the
+members' calls fail as a store outage meanwhile (cached files are used) and go through the
+same handle once it is back. Its logic is ``DiscoveryService``, plain Python: without Ray,
+give channels ``ThreadedStoreClient(DiscoveryService(url).store)``.
 
 ``BootstrapSupervisor``: reads a bootstrap file (path or URL) or generates one from
 ``ray.nodes()``, writes it where members look for it (``<store>/<cluster>/1.list`` by default)
@@ -26,6 +28,7 @@ import asyncio
 import concurrent.futures
 import inspect
 import logging
+import os
 from collections import Counter
 from typing import Any, Callable, Optional
 
@@ -89,6 +92,9 @@ class DiscoverySupervisor:
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
 
+    def pid(self) -> int:
+        return os.getpid()
+
 
 def discovery_supervisor(url: str, node_id: Optional[str] = None, ttl_s: float = 1.0,
                          detached: bool = False) -> Any:
@@ -100,7 +106,7 @@ def discovery_supervisor(url: str, node_id: Optional[str] = None, ttl_s: float =
     node_id = node_id or ray.get_runtime_context().get_node_id()
     tag = hashlib.sha1(url.encode()).hexdigest()[:10]
     opts: dict = dict(name=f"raygroups-discovery-{node_id[:16]}-{tag}", namespace=NAMESPACE,
-                      get_if_exists=True,
+                      get_if_exists=True, max_restarts=-1,
                       scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
     if detached:
         opts["lifetime"] = "detached"

@@ -1,6 +1,7 @@
 """Store discovery on Ray, in one local Ray session shared by the run (tests/ray_fixtures.py):
 ``ray-kv://`` (Ray's internal KV) with real channels, the DiscoverySupervisor actor as the
-only caller of the store (node affinity, caching, counting), and the BootstrapSupervisor
+only caller of the store (node affinity, caching, counting; restarted by Ray after a kill -9
+while the group runs on), and the BootstrapSupervisor
 generating a bootstrap file from ``ray.nodes()`` and starting members in file order."""
 import asyncio
 import itertools
@@ -118,6 +119,54 @@ def test_discovery_supervisor_is_the_only_store_caller():
         assert counts["requests"].get(kind, 0) >= client_calls.get(kind, 0) > 0, (kind, counts)
         assert counts["calls"].get(kind, 0) <= counts["requests"][kind]
     assert sum(counts["cached"].values()) > 0  # reads answered from its cache (ttl 30 s)
+    ray.kill(sup)
+
+
+def test_a_crashed_discovery_supervisor_is_restarted_and_discovery_resumes():
+    """kill -9 of the supervisor's process: the group runs on (its calls fail as an outage),
+    Ray restarts the actor, and through the same handles a new member joins and is written."""
+    import os
+    import signal
+    url = f"ray-kv://rgtest{next(_ids)}"
+    sup = discovery_supervisor(url, ttl_s=0.0)
+    check = RayKVStore.from_url(url)
+
+    async def main():
+        cluster = "crash"
+        cfg = StackConfig.local(discovery=url, transport__ip_multicast=False,
+                                store__rendezvous_interval_s=0.5)
+        chans = []
+        for n in "AB":
+            chans.append(Channel(cluster, n, cfg, store=SupervisorStoreClient(sup)))
+            await chans[-1].connect(30)
+            await wait_for(lambda: one_file(check, cluster, chans), what=f"{n} joined")
+        old_pid = await asyncio.to_thread(ray.get, sup.pid.remote())
+        os.kill(old_pid, signal.SIGKILL)
+        # the group keeps working while the supervisor is gone
+        for k in range(20):
+            await chans[1].send(f"m{k}".encode())
+        for c in chans:
+            got = [(await c.receive(timeout=10)).payload for _ in range(20)]
+            assert got == [f"m{k}".encode() for k in range(20)]
+
+        def answers():
+            try:
+                return ray.get(sup.pid.remote(), timeout=5)
+            except Exception:
+                return None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 60
+        while (new_pid := await asyncio.to_thread(answers)) in (None, old_pid):
+            assert loop.time() < deadline, "the supervisor was not restarted"
+        c = Channel(cluster, "C", cfg, store=SupervisorStoreClient(sup))
+        await c.connect(30)
+        chans.append(c)
+        await wait_for(lambda: one_file(check, cluster, chans), what="C joined and written")
+        assert new_pid != old_pid
+        assert sum(ch.stack.layer("discovery").stats["store_errors"] for ch in chans[:2]) > 0
+        await asyncio.gather(*(ch.close() for ch in chans))
+
+    asyncio.run(main())
     ray.kill(sup)
 
 
