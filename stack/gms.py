@@ -2,13 +2,14 @@
 
 The oldest member not declared dead (``members[0]`` normally) is coordinator. Joiners
 discover it and send JOIN_REQ; leavers send LEAVE_REQ at once (the flush of the view change
-that removes them carries their last multicasts to every member); SWIM's verdicts
-(MemberDead) mark members to exclude. The coordinator keeps a pending membership, so requests that arrive while a view is
-in flight build on it and none is lost; it bundles requests for ``view_bundling_s``,
-multicasts the VIEW reliably (NAKACK: views install in FIFO order with its other messages)
-and waits for VIEW_ACKs before the next change. A joiner gets JOIN_RSP with the view and a
-digest taken right after the VIEW was sent, whose coordinator entry is the VIEW's own seqno:
-exact, no +1 kludge.
+that removes them carries their last multicasts to every member; when the last members leave
+together there is no view to send, and the coordinator answers LEAVE_RSP); SWIM's verdicts
+(MemberDead) mark members to exclude. The coordinator keeps a pending membership, so
+requests that arrive while a view is in flight build on it and none is lost; it bundles
+requests for ``view_bundling_s``, multicasts the VIEW reliably (NAKACK: views install in FIFO
+order with its other messages) and waits for VIEW_ACKs before the next change. A joiner
+gets JOIN_RSP with the view and a digest taken right after the VIEW was sent, whose
+coordinator entry is the VIEW's own seqno: exact, no +1 kludge.
 
 When members crashed (or the coordinator did, and the next member takes over), the
 coordinator first collects every survivor's view and digest: the new view builds on the
