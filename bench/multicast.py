@@ -112,18 +112,23 @@ def run_throughput(n: int, kind: str, size: int, count: int, paced: int, uvloop:
             "retransmitted": sum(r["retransmitted"] for r in res)}
 
 
-# -- join time ----------------------------------------------------------------------------
+# -- join and leave time -------------------------------------------------------------------
+async def form(k: int, kind: str, cluster: str, ports: list) -> list:
+    """Members 0..k-1, joined one after the other, once every one of them sees all k."""
+    chans = []
+    for i in range(k):
+        chans.append(Channel(cluster, name=f"m{i}", config=config(kind, ports, i)))
+        await chans[-1].connect(timeout=30)
+    while any(len(c.view) < k for c in chans):
+        await asyncio.sleep(0.01)
+    return chans
+
+
 def group_proc(k: int, kind: str, cluster: str, ports: list, ready, stop, uvloop: bool) -> None:
     use_loop(uvloop)
 
     async def main():
-        chans = []
-        for i in range(k):
-            c = Channel(cluster, name=f"m{i}", config=config(kind, ports, i))
-            await c.connect(timeout=30)
-            chans.append(c)
-        while len(chans[0].view) < k:
-            await asyncio.sleep(0.01)
+        chans = await form(k, kind, cluster, ports)
         ready.set()
         while not stop.is_set():
             await asyncio.sleep(0.05)
@@ -179,14 +184,7 @@ def run_leave(n: int, kind: str, trials: int, uvloop: bool) -> dict:
         return time.perf_counter() - t0
 
     async def all_close():
-        ports = free_ports(n)
-        cluster = f"bench-{os.getpid()}-{time.monotonic_ns()}"
-        chans = []
-        for i in range(n):
-            chans.append(Channel(cluster, name=f"m{i}", config=config(kind, ports, i)))
-            await chans[-1].connect(timeout=30)
-        while any(len(c.view) < n for c in chans):
-            await asyncio.sleep(0.01)
+        chans = await form(n, kind, f"bench-{os.getpid()}-{time.monotonic_ns()}", free_ports(n))
         t0 = time.perf_counter()
         await asyncio.gather(*(c.close() for c in chans))
         return time.perf_counter() - t0

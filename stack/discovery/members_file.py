@@ -35,15 +35,17 @@ import uuid as _uuid
 from dataclasses import dataclass, field
 from typing import Iterator, Optional, Union
 
-UUID_LEN = 16
+from ..address import RANDOM_BITS, UUID_LEN
+
 SHORT_UUID_LIMIT = 1 << 32
 """UUIDs below this render as decimal numbers (seeded bootstrap UUIDs); others compact."""
-RANDOM_LIMIT = 1 << 96
-"""UUIDs below this (random ones: 96 random bits) render in 16 characters, others in 22."""
+RANDOM_LIMIT = 1 << RANDOM_BITS
+"""UUIDs below this (random ones) render their low bytes in 16 characters, others in 22."""
+RANDOM_BYTES = RANDOM_BITS // 8
 COMPACT_LEN = 22
 """Characters of a 16-byte UUID in unpadded base64url (the compact form)."""
-SHORT_COMPACT_LEN = 16
-"""Characters of a UUID below 2^96 (its low 12 bytes) in base64url (no padding needed)."""
+SHORT_COMPACT_LEN = RANDOM_BYTES * 4 // 3
+"""Characters of a UUID's low ``RANDOM_BYTES`` in base64url (16; no padding needed)."""
 _B64URL = re.compile(r"^[A-Za-z0-9_-]+$")
 SUFFIX = ".list"
 _HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.\-_]*[A-Za-z0-9])?$")
@@ -68,7 +70,7 @@ def uid_from_text(text: str) -> bytes:
         uid = raw.rjust(UUID_LEN, b"\0")
         # 22 characters carry 2 spare bits; only the canonical form is accepted, so one
         # spelling per length (the 22-character spelling of a small uuid loads too)
-        if len(raw) in (12, UUID_LEN) and _compact(raw) == text:
+        if len(raw) in (RANDOM_BYTES, UUID_LEN) and _compact(raw) == text:
             return uid
         raise ValueError(f"not a uuid: {text!r} ({len(text)} characters but not canonical "
                          f"base64url)")
@@ -92,7 +94,7 @@ def uid_to_text(uid: bytes) -> str:
     if n < SHORT_UUID_LIMIT:
         return str(n)
     if n < RANDOM_LIMIT:
-        text = _compact(uid[UUID_LEN - 12:])
+        text = _compact(uid[UUID_LEN - RANDOM_BYTES:])
         if not text.isdigit():
             return text
     return _compact(uid)
