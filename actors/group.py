@@ -31,10 +31,11 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from raygroups.stack import RaygroupsError, StackConfig
+from raygroups.stack.runtime.ports import free_port
 
 from .errors import GroupClosed, JoinTimeout, NoSuchGroup, NotMember
 from .member import MemberActor, MemberSpec
-from .placement import (DEFAULT_PORT, NAMESPACE, actor_name, alive_nodes, free_port,
+from .placement import (DEFAULT_PORT, NAMESPACE, actor_name, alive_nodes,
                         is_loopback, member_of, plan, stack_config)
 
 CALL_TIMEOUT_S = 60.0

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ipaddress
 import re
-import socket
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
@@ -111,20 +110,6 @@ def plan(nodes: list[dict], members_per_node: int = 1, members: Optional[int] = 
             slots.append(Slot(f"{labels[n['NodeID']]}-{k}", n["NodeID"],
                               n["NodeManagerAddress"], k))
     return slots
-
-
-def free_port(ip: str = "127.0.0.1") -> int:
-    """A port free for both TCP and UDP on ``ip`` right now."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((ip, 0))
-            port = s.getsockname()[1]
-        try:
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
-                u.bind((ip, port))
-            return port
-        except OSError:
-            continue
 
 
 def stack_config(bind_addr: str, port: int, hosts: list, *, preset: Optional[str] = None,

@@ -59,6 +59,8 @@ import time
 import uuid
 from typing import Callable, Optional, Sequence
 
+from raygroups.stack.runtime.ports import free_ports, free_run
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 JGROUPS_JAR = "/usr/share/java/jgroups.jar"
@@ -299,33 +301,6 @@ def stop_all(procs: Sequence[Proc], grace: float = 5.0) -> None:
             pass
 
 
-def free_ports(n: int, consecutive: bool = False) -> list:
-    """n ports free for both TCP and UDP on 127.0.0.1 now (optionally a consecutive run)."""
-    def free(p: int) -> bool:
-        for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
-            with socket.socket(socket.AF_INET, kind) as s:
-                try:
-                    s.bind(("127.0.0.1", p))
-                except OSError:
-                    return False
-        return True
-    if consecutive:
-        rng = random.Random()
-        for _ in range(1000):
-            base = rng.randrange(20000, 30000)
-            if all(free(base + i) for i in range(n)):
-                return list(range(base, base + n))
-        raise RuntimeError("no run of free ports")
-    out: list = []
-    while len(out) < n:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            p = s.getsockname()[1]
-        if p not in out and free(p):
-            out.append(p)
-    return out
-
-
 def log(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
@@ -458,7 +433,7 @@ def jg_tput(peers: Peers, n: int, kind: str, size: int, count: int, warmup: int,
     if kind == "udp":
         xml = peers.jgroups_xml("udp", mcast_port=free_ports(1)[0])
     else:
-        xml = peers.jgroups_xml("tcp", tcp_port=free_ports(10, consecutive=True)[0], tcp_range=10)
+        xml = peers.jgroups_xml("tcp", tcp_port=free_run(10), tcp_range=10)
     cluster = cluster_name("tput")
     procs = []
     timeout = tput_timeout(count)

@@ -20,8 +20,7 @@ import sys
 import time
 
 from raygroups.stack import Channel, StackConfig
-
-from ports import free_ports
+from raygroups.stack.runtime.ports import free_ports
 
 
 def config(ports: list[int], i: int) -> StackConfig:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import random
 import sys
 import tempfile
@@ -39,6 +38,7 @@ from raygroups.stack.discovery import Entry, MembersFile
 from raygroups.stack.discovery.bootstrap import column_name
 from raygroups.stack.discovery.members_file import file_name
 from raygroups.stack.discovery.store import MemoryStore
+from raygroups.stack.runtime.ports import free_port
 from raygroups.stack.sim import Simulation
 
 CLUSTER = "bench"
@@ -203,11 +203,8 @@ def moto_url() -> tuple:
     except ImportError:
         return None, None
     import logging
-    import socket
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     endpoint = f"http://127.0.0.1:{port}"

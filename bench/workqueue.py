@@ -36,7 +36,7 @@ import subprocess
 import tempfile
 import time
 
-from ports import free_ports
+from raygroups.stack.runtime.ports import free_ports
 
 STAMP = struct.Struct("!dI")
 MEMBERS = 3

@@ -78,7 +78,7 @@ class LoopbackMembers:
     def __init__(self, n: int, cluster: str, extra: Sequence[str] = (),
                  ports: Optional[list] = None, mcast_port: Optional[int] = None,
                  keep_logs: bool = False):
-        from tests.netutil import free_port, free_ports
+        from raygroups.stack.runtime.ports import free_port, free_ports
         self.n, self.cluster, self.extra = n, cluster, list(extra)
         self.ports = ports or free_ports(n)
         self.mcast_port = mcast_port or free_port()

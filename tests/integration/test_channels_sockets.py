@@ -8,7 +8,7 @@ import pytest
 
 from raygroups.stack import Channel, GroupClosed, StackConfig, ViewChange
 
-from ..netutil import free_port, free_ports
+from raygroups.stack.runtime.ports import free_port, free_ports
 
 _ids = itertools.count()
 

@@ -19,7 +19,7 @@ import pytest
 
 from raygroups.stack import Channel, StackConfig
 
-from ..netutil import free_ports
+from raygroups.stack.runtime.ports import free_ports
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MiB = 1024 * 1024

@@ -19,7 +19,7 @@ from raygroups.stack.discovery.members_file import file_name
 from raygroups.stack.discovery.store import StoreConflict
 from raygroups.stack.runtime.stores import open_store
 
-from ..netutil import free_port
+from raygroups.stack.runtime.ports import free_port
 
 pytest_plugins = ["tests.ray_fixtures"]  # the one Ray session of the run (ray-kv://)
 _ids = itertools.count()

@@ -5,7 +5,6 @@ while the group runs on), and the BootstrapSupervisor
 generating a bootstrap file from ``ray.nodes()`` and starting members in file order."""
 import asyncio
 import itertools
-import socket
 from collections import Counter
 
 import pytest
@@ -18,6 +17,7 @@ from raygroups.actors.supervisors import (BootstrapSupervisor, SupervisorStoreCl
 from raygroups.stack import Channel, StackConfig
 from raygroups.stack.discovery import MembersFile, StoreConflict
 from raygroups.stack.discovery.members_file import file_name
+from raygroups.stack.runtime.ports import free_run
 
 pytest_plugins = ["tests.ray_fixtures"]  # the one Ray session of the run
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -170,26 +170,10 @@ def test_a_crashed_discovery_supervisor_is_restarted_and_discovery_resumes():
     ray.kill(sup)
 
 
-def _consecutive_free_ports(n, start=20000):
-    port = start
-    while True:
-        ok = True
-        for p in range(port, port + n):
-            for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
-                with socket.socket(socket.AF_INET, kind) as s:
-                    try:
-                        s.bind(("127.0.0.1", p))
-                    except OSError:
-                        ok = False
-        if ok:
-            return port
-        port += n + 7
-
-
 def test_bootstrap_supervisor_starts_members_in_file_order():
     cluster = f"boot{next(_ids)}"
     url = f"ray-kv://rgtest{next(_ids)}"
-    base = _consecutive_free_ports(3, 20000 + next(_ids) * 97)
+    base = free_run(3)
     sup = BootstrapSupervisor.remote(cluster, discovery=url,
                                      options={"transport__ip_multicast": False})
     text = ray.get(sup.generate.remote(port=base, per_node=3))

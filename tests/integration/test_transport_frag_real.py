@@ -6,7 +6,7 @@ import asyncio
 
 from raygroups.stack import Channel, StackConfig
 
-from ..netutil import free_port
+from raygroups.stack.runtime.ports import free_port
 from .test_store_discovery import one_view, wait_for
 
 N = 12

@@ -14,7 +14,7 @@ from raygroups.stack.runtime.workqueue import QueueChannel
 from raygroups.stack.workqueue import (AcquireTimeout, NotAcquired, QueueNotPrimary, StaleEpoch,
                                        WorkQueueConfig)
 
-from ..netutil import free_ports
+from raygroups.stack.runtime.ports import free_ports
 
 _ids = itertools.count()
 WQ = WorkQueueConfig(time_slice_s=0.05)

@@ -1,6 +1,5 @@
 """The asyncio runtime over real sockets on 127.0.0.1, fed into a recording fake stack."""
 import asyncio
-import socket
 import struct
 
 import msgpack
@@ -9,6 +8,7 @@ import pytest
 from raygroups.stack.auth import Auth
 from raygroups.stack.layer import MCAST
 from raygroups.stack.runtime import Runtime
+from raygroups.stack.runtime.ports import free_port
 from raygroups.stack.runtime.tcp import HELLO
 from raygroups.stack.transport import TransportConfig
 
@@ -39,18 +39,6 @@ class Sink:
         self.got.append((data, src))
 
 
-def free_udp_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def free_tcp_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def until(cond, timeout=5.0):
     deadline = asyncio.get_running_loop().time() + timeout
     while not cond():
@@ -61,7 +49,7 @@ async def until(cond, timeout=5.0):
 
 
 async def runtime(kind="udp", use_mcast=False, mcast_port=None, auth=None, **kw):
-    cfg = TransportConfig(kind=kind, mcast_addr=GROUP, mcast_port=mcast_port or free_udp_port(),
+    cfg = TransportConfig(kind=kind, mcast_addr=GROUP, mcast_port=mcast_port or free_port(),
                           **kw)
     rt = Runtime(cfg, use_mcast)
     await rt.start()
@@ -106,7 +94,7 @@ def test_udp_packets_before_attach_are_dropped(run):
 
 def test_ip_multicast_reaches_every_runtime_in_the_process(run):
     async def main():
-        port = free_udp_port()
+        port = free_port()
         rts = [await runtime(use_mcast=True, mcast_port=port) for _ in range(3)]
         sender = rts[0][0]
         sender.emit(MCAST, b"to all")
@@ -119,7 +107,7 @@ def test_ip_multicast_reaches_every_runtime_in_the_process(run):
 
 def test_tcp_multicast_pings_come_from_the_listen_address(run):
     async def main():
-        port = free_udp_port()
+        port = free_port()
         (a, sa), (b, sb) = [await runtime("tcp", True, port) for _ in range(2)]
         a.emit(MCAST, b"ping")
         assert await until(lambda: sb.got)
@@ -255,10 +243,10 @@ def test_emit_to_a_dead_port_is_dropped_and_counted(run):
     async def main():
         t, st = await runtime("tcp")
         u, su = await runtime("udp")
-        dead = ("127.0.0.1", free_tcp_port())
+        dead = ("127.0.0.1", free_port())
         t.emit(dead, b"lost")
         t.emit(dead, b"lost too")
-        u.emit(("127.0.0.1", free_udp_port()), b"lost")
+        u.emit(("127.0.0.1", free_port()), b"lost")
         assert await until(lambda: t.stats["tcp_connect_ECONNREFUSED"] == 1)
         assert t.stats["tcp_dropped_connect"] == 2
         t.emit(u.local_phys, b"tcp to a udp port")  # refused again: a new attempt
