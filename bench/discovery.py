@@ -8,7 +8,8 @@ store reads (list + get) and the coordinator's writes. Bytes: the coordinator's 
 after the joins, per member line (newline included) and per member for the whole file;
 "seeded" is the bootstrap-started group's file (short numeric UUIDs, the seed's scenario:
 ~35 B/member), "random" the same members with the random UUIDs members take (96 random bits,
-16 base64url characters each; in brackets the 36-character dashed form). N = 10 also
+16 base64url characters each, 22 when those would start with "-"; in brackets the
+36-character dashed form). N = 10 also
 runs with real channels on loopback against the directory store and, if moto is installed,
 moto's S3 server (a real HTTP S3 API on 127.0.0.1).
 
@@ -79,7 +80,7 @@ class CoreConfig(StackConfig):
 
 def random_uuid_bytes(mf: MembersFile, seed: int = 1) -> tuple:
     """Average line bytes of ``mf``'s members with random UUIDs (``Address.random``, drawn
-    from ``seed``): as written (16 base64url characters), and in the dashed form (36
+    from ``seed``): as written (mostly 16 base64url characters), and in the dashed form (36
     characters) that people may write by hand."""
     rng = random.Random(seed)
     rnd = MembersFile([Entry(e.name, Address.random(e.name, rng).uid, e.host, e.port, e.coord)

@@ -12,7 +12,7 @@ either a short decimal number (the seeded UUIDs of a bootstrap file: ``1`` is th
 big-endian integer 1), a full UUID string (with or without dashes, any case), or a compact
 form ``render()`` writes: a random UUID (96 random bits, ``Address.random``) in 16 base64url
 characters (``CmxZ_H7grNItS899``; case matters), and any other 128-bit UUID in 22
-(``CmxZ_H7grNItS8991Zrblw``). The *last* colon separates the port, so IPv6 addresses need no
+(``CmxZ_H7grNItS8991Zrblw``); a written UUID never starts with ``-`` (``uid_to_text``). The *last* colon separates the port, so IPv6 addresses need no
 brackets (``[::1]:7800`` is accepted too). ``T`` marks the coordinator. Lines starting with
 ``#`` are comments; ``# view <uuid> <counter>`` records the view id the file was written for
 (stale-file detection uses it).
@@ -87,17 +87,20 @@ def _compact(raw: bytes) -> str:
 def uid_to_text(uid: bytes) -> str:
     """Decimal below ``SHORT_UUID_LIMIT`` (seeded UUIDs); below ``RANDOM_LIMIT`` (random
     UUIDs) the low 12 bytes in 16 base64url characters, unless those are all digits (about
-    one UUID in 10^13: it would read as a decimal); else the 16 bytes in 22 characters, whose
-    last character holds the last 2 bits and 4 zero bits (one of ``A``, ``Q``, ``g``, ``w``),
-    so that form never reads as a decimal either."""
+    one UUID in 10^13: it would read as a decimal) or start with ``-`` (one in 64: awkward as
+    a file name in a shell); else the 16 bytes in 22 characters, whose last character holds
+    the last 2 bits and 4 zero bits (one of ``A``, ``Q``, ``g``, ``w``), so that form never
+    reads as a decimal either, and which starts with ``A`` below ``RANDOM_LIMIT``; a 128-bit
+    UUID whose 22 characters would start with ``-`` is written dashed."""
     n = int.from_bytes(uid, "big")
     if n < SHORT_UUID_LIMIT:
         return str(n)
     if n < RANDOM_LIMIT:
         text = _compact(uid[UUID_LEN - RANDOM_BYTES:])
-        if not text.isdigit():
+        if not text.isdigit() and text[0] != "-":
             return text
-    return _compact(uid)
+    text = _compact(uid)
+    return text if text[0] != "-" else str(_uuid.UUID(bytes=uid))
 
 
 def file_name(uid: bytes) -> str:

@@ -56,24 +56,36 @@ def test_uuid_forms():
     assert uid_from_file_name("notes.txt") is None and uid_from_file_name("x.list") is None
 
 
+def b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
 def test_compact_uuids_round_trip_and_stay_unambiguous():
     seed = 5
     print(f"seed {seed}")
     rng = random.Random(seed)
+    longer = {22: 0, 16: 0}   # how many of each kind took the longer form
     for _ in range(2000):
         full = rng.getrandbits(128).to_bytes(16, "big")  # a 128-bit uuid, written by hand
         rnd = Address.random("x", rng).uid                # what a member takes: 96 bits
         for uid, length in ((full, 22), (rnd, 16)):
             text = uid_to_text(uid)
-            assert len(text) == length and not text.isdigit()
+            # never all digits, never a leading "-" (then the next longer form)
+            assert not text.isdigit() and not text.startswith("-"), text
+            if len(text) != length:
+                long = b64(uid) if length == 16 else str(uuid.UUID(bytes=uid))
+                assert b64(uid[-length * 3 // 4:]).startswith("-") and text == long, text
+                longer[length] += 1
             assert uid_from_text(text) == uid
             assert uid_from_file_name(file_name(uid)) == uid
             # the other spellings of the same uuid still load
             dashed = str(uuid.UUID(bytes=uid))
             assert uid_from_text(dashed) == uid == uid_from_text(dashed.replace("-", ""))
-        assert uid_to_text(full)[-1] in "AQgw"
+        assert b64(full)[-1] in "AQgw"
         # a random uuid written by a version that used 22 characters still loads
-        assert uid_from_text(base64.urlsafe_b64encode(rnd).rstrip(b"=").decode()) == rnd
+        assert uid_from_text(b64(rnd)) == rnd
+    # about one in 64 of either kind takes the longer form (2,000 / 64 = 31)
+    assert all(10 < k < 60 for k in longer.values()), longer
     # decimal short ids (seeded bootstrap UUIDs) stay decimal, also at the 2^32 boundary
     assert uid_to_text(u((1 << 32) - 1)) == str((1 << 32) - 1)
     assert len(uid_to_text(u(1 << 32))) == 16
