@@ -342,7 +342,7 @@ def main() -> None:
         print("kill -9 -> view without the member (per member: every survivor; "
               "at every member: the slowest survivor of a trial)")
         print("| members | trials | coord killed | per member p50 / p99 | "
-              f"at every member p50 / p99 / max | target (5 members) |")
+              "at every member p50 / p99 / max | target (5 members) |")
         print("|---|---|---|---|---|---|")
         for d in res["detection"]:
             tgt = ""

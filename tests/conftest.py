@@ -4,8 +4,6 @@ Every simulated test takes a ``sim_seed`` parameter: ``--sim-seeds=N`` runs N se
 long campaign), ``--sim-seed=S`` replays one seed, ``--sim-seed-base=B`` shifts the range.
 Each failing run prints ``reproduce with --sim-seed=S``.
 """
-import pytest
-
 
 def pytest_addoption(parser):
     parser.addoption("--sim-seed", type=int, default=None, help="replay one simulator seed")

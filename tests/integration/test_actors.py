@@ -15,7 +15,6 @@ import pytest
 
 pytest_plugins = ["tests.ray_fixtures"]
 
-import ray
 
 from raygroups.actors import Group, GroupClosed, NoSuchGroup, NotMember  # noqa: E402
 from raygroups.stack import RaygroupsError, View  # noqa: E402

@@ -12,7 +12,6 @@ import pytest
 
 pytest_plugins = ["tests.ray_fixtures"]
 
-import ray
 
 from raygroups.actors import Group  # noqa: E402
 from raygroups.stack.discovery.members_file import uid_to_text  # noqa: E402

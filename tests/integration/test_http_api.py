@@ -16,7 +16,6 @@ from .. import cdp
 
 pytest_plugins = ["tests.ray_fixtures"]
 
-import ray
 import aiohttp  # noqa: F401
 
 from raygroups.actors import Group  # noqa: E402

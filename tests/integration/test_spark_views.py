@@ -11,7 +11,6 @@ import pytest
 
 pytest_plugins = ["tests.ray_fixtures", "tests.spark_fixtures"]
 
-import ray
 import pyspark  # noqa: F401
 
 from raygroups.actors import Group  # noqa: E402

@@ -10,7 +10,6 @@ import pytest
 
 pytest_plugins = ["tests.ray_fixtures"]
 
-import ray
 
 from raygroups.actors import Group  # noqa: E402
 from raygroups.actors.queue import WorkQueueHandle  # noqa: E402

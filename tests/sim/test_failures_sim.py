@@ -65,7 +65,7 @@ def test_crashes_partitions_heals(sim_seed):
             sim.partition([m for m in live if m is not lone], [lone])
         elif kind == "bridge" and len(live) >= 3:
             rng.shuffle(live)
-            bridge, rest = live[0], live[1:]
+            rest = live[1:]  # live[0] is the bridge: it reaches both sides
             left, right = rest[:len(rest) // 2], rest[len(rest) // 2:]
             for a in left:
                 for b in right:

@@ -9,16 +9,16 @@ FLUSH_DONE [14, fid]; fid = [coordinator uid, its flush counter].
 import pytest
 
 from raygroups.stack.address import Address
-from raygroups.stack.events import (Catchup, Freeze, GetDigest, MemberDead, MergeDigest,
-                                    MergeInfo, Unsuspect, ViewInstalled, Writable)
+from raygroups.stack.events import (Freeze, GetDigest, MemberDead, MergeDigest, MergeInfo,
+                                    Unsuspect, Writable)
 from raygroups.stack.flush import FLUSH_CUT, FLUSH_DONE, FLUSH_OK, START_FLUSH
 from raygroups.stack.gms import VIEW, VIEW_ACK, SendBlocked, cut
 from raygroups.stack.gms_merge import INSTALL_MERGE, MERGE_REQ, MERGE_RSP
-from raygroups.stack.message import CONTROL, INTERNAL, Message
+from raygroups.stack.message import INTERNAL, Message
 from raygroups.stack.nakack import MSG
-from raygroups.stack.view import MergeView, View, ViewChange, ViewId, view_to_wire
+from raygroups.stack.view import MergeView, View, ViewId, view_to_wire
 
-from .test_gms import (ack, coordinator, flush_done, flush_ok, hdr, join_req, loopback, member,
+from .test_gms import (coordinator, flush_done, flush_ok, hdr, join_req, loopback, member,
                        run_flush, sent, view_hdr, views, wire_digest)
 
 

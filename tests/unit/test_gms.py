@@ -9,18 +9,16 @@ Below answers Catchup by calling back unless ``s.catchup_now`` is False); with p
 import pytest
 
 from raygroups.stack.address import Address
-from raygroups.stack.events import (AddPhysical, Catchup, Connect, FindMembers, Freeze,
-                                    GetDigest, GetPhysical, Leave, MemberDead, MembershipStatus,
-                                    MergeDigest, MergeInfo, PingData, SetDigest, Unsuspect,
-                                    ViewInstalled, Writable)
+from raygroups.stack.events import (AddPhysical, Catchup, Connect, FindMembers, GetDigest,
+                                    GetPhysical, Leave, MemberDead, MembershipStatus, MergeInfo,
+                                    PingData, SetDigest, ViewInstalled)
 from raygroups.stack.flush import FLUSH_CUT, FLUSH_DONE, FLUSH_OK, START_FLUSH
 from raygroups.stack.gms import (JOIN_REQ, JOIN_RSP, LEAVE_REQ, LEAVE_RSP, NOT_MEMBER,
-                                 STALE_INFOS, VIEW, VIEW_ACK, Gms, GmsConfig, SendBlocked, State,
-                                 cut)
-from raygroups.stack.gms_merge import INSTALL_MERGE, MERGE_REQ, MERGE_RSP
+                                 STALE_INFOS, VIEW, VIEW_ACK, Gms, GmsConfig, State)
+from raygroups.stack.gms_merge import MERGE_REQ, MERGE_RSP
 from raygroups.stack.message import CONTROL, INTERNAL, Message
 from raygroups.stack.nakack import MSG, NakAck, NakAckConfig
-from raygroups.stack.view import Left, MergeView, View, ViewChange, ViewId, view_to_wire
+from raygroups.stack.view import Left, View, ViewChange, ViewId, view_to_wire
 
 from .sandwich import Sandwich
 

@@ -7,7 +7,7 @@ import pytest
 from raygroups.stack.message import INTERNAL, Message
 from raygroups.stack.primary import (ONLINE, REPORT, STATE, STATES, ExchangeResult,
                                      MemberAttributes, Primary)
-from raygroups.stack.view import View, ViewChange, ViewId
+from raygroups.stack.view import View, ViewId
 
 from .test_primary import PHYS, change, delivered_views, exchange, make, vid
 

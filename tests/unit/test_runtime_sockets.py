@@ -154,7 +154,7 @@ def test_tcp_simultaneous_connect_keeps_one_connection(run):
 
 def test_tcp_many_frames_arrive_complete_and_in_order(run):
     async def main():
-        (a, sa), (b, sb) = await runtime("tcp"), await runtime("tcp")
+        (a, _), (b, sb) = await runtime("tcp"), await runtime("tcp")
         n, pad = 20_000, b"x" * 1020
         for i in range(n):
             a.emit(b.local_phys, struct.pack(">I", i) + pad)
@@ -184,7 +184,7 @@ async def raw_connect(rt, first: bytes):
 
 def test_tcp_oversized_frame_closes_the_connection(run):
     async def main():
-        (a, sa), (b, sb) = await runtime("tcp"), await runtime("tcp")
+        (a, _), (b, sb) = await runtime("tcp"), await runtime("tcp")
         hello = HELLO + msgpack.packb(["127.0.0.9", 5000])
         reader, writer = await raw_connect(b, struct.pack(">I", len(hello)) + hello
                                            + struct.pack(">I", 0xFFFFFFFF) + b"junk")
@@ -260,7 +260,7 @@ def test_emit_to_a_dead_port_is_dropped_and_counted(run):
 @pytest.mark.parametrize("kind", ["udp", "tcp"])
 def test_pause_reading_holds_packets_until_resumed(run, kind):
     async def main():
-        (a, sa), (b, sb) = await runtime(kind), await runtime(kind)
+        (a, _), (b, sb) = await runtime(kind), await runtime(kind)
         a.emit(b.local_phys, b"first")  # TCP: the connection exists before the pause
         assert await until(lambda: sb.got)
         b.pause_reading()
