@@ -1,12 +1,12 @@
 """Typed errors of the Group handle and the member actors.
 
-``JoinTimeout`` and ``GroupClosed`` are the stack's own (re-exported here); ``NotMember`` and
+``JoinTimeout``, ``JoinRejected`` and ``GroupClosed`` are the stack's own (re-exported here); ``NotMember`` and
 ``NoSuchGroup`` are new. Every one derives from ``raygroups.stack.RaygroupsError``, and none
 wraps a Ray exception or carries an actor handle.
 """
 from __future__ import annotations
 
-from raygroups.stack.errors import GroupClosed, JoinTimeout, RaygroupsError
+from raygroups.stack.errors import GroupClosed, JoinRejected, JoinTimeout, RaygroupsError
 
 
 class NotMember(RaygroupsError):
@@ -19,4 +19,4 @@ class NoSuchGroup(GroupClosed):
     """No member actor of this group exists (never launched, or shut down)."""
 
 
-__all__ = ["GroupClosed", "JoinTimeout", "NoSuchGroup", "NotMember", "RaygroupsError"]
+__all__ = ["GroupClosed", "JoinRejected", "JoinTimeout", "NoSuchGroup", "NotMember", "RaygroupsError"]

@@ -33,7 +33,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from raygroups.stack import RaygroupsError, StackConfig
 from raygroups.stack.runtime.ports import free_port
 
-from .errors import GroupClosed, JoinTimeout, NoSuchGroup, NotMember
+from .errors import GroupClosed, JoinRejected, JoinTimeout, NoSuchGroup, NotMember
 from .member import MemberActor, MemberSpec
 from .placement import (DEFAULT_PORT, NAMESPACE, actor_name, alive_nodes,
                         is_loopback, member_of, plan, stack_config)
@@ -114,7 +114,9 @@ class Group:
         HTTP API's guarded endpoints (default: a random one, see ``http_token()``).
         ``ray_signal``: Ray as a second failure signal. ``max_restarts``: Ray restarts a
         crashed member this often (-1: always); it rejoins with a fresh UUID.
-        Raises JoinTimeout when the members do not agree within ``timeout`` s."""
+        Raises JoinTimeout when the members do not agree within ``timeout`` s, and
+        JoinRejected (after removing the refused members it started) when the group refuses
+        their settings (``GmsConfig.agreed``: ``stack_options={"gms__agreed": {...}}``)."""
         if not ray.is_initialized():
             ray.init()
         nodes = alive_nodes(ray.nodes())
@@ -184,7 +186,11 @@ class Group:
                            f"port {ports[s.name]}")
         for n, h in existing.items():
             g._handles.setdefault(n, h)
-        g._await_joined(created, timeout, progress)
+        try:
+            g._await_joined(created, timeout, progress)
+        except JoinRejected:
+            g._remove_rejected(created)
+            raise
         want = {s.name for s in (slots if this_node else every)}
         g._await_agreement(want, timeout, progress)
         return g
@@ -386,6 +392,20 @@ class Group:
                 _say(progress, f"{inf['name']}: joined as {inf['uuid_text']} at "
                                f"{inf['address']}, view {inf['view_id'][0]}:{inf['view_id'][1]}"
                                f" ({inf['view_size']} members)")
+
+    def _remove_rejected(self, names: list) -> None:
+        """Kill the members in ``names`` the group refused (their settings differ from the
+        group's): they would never join, and their actors would linger."""
+        for n in names:
+            h = self._handles[n]
+            try:
+                ray.get(h.ready.remote(10.0), timeout=10.0 + CALL_TIMEOUT_S)
+            except RayTaskError as e:
+                if isinstance(_unwrap(e), JoinRejected):
+                    ray.kill(h, no_restart=True)
+                    del self._handles[n]
+            except (GetTimeoutError, RayActorError):
+                pass
 
     def _await_agreement(self, names: set, timeout: float, progress) -> None:
         """Until every member in ``names`` has installed one view that holds them all."""

@@ -29,7 +29,7 @@ from typing import Any, Optional
 
 import ray
 
-from raygroups.stack import Channel, JoinTimeout, StackConfig, ViewChange
+from raygroups.stack import Channel, JoinRejected, JoinTimeout, StackConfig, ViewChange
 from raygroups.stack.discovery.members_file import uid_to_text
 from raygroups.stack.events import GetPhysical, MemberDead, Suspect, Unsuspect
 
@@ -117,7 +117,8 @@ class MemberActor(QueueMethods):
         self.http = None
         self._view_event = asyncio.Event()
         self._inbox_event = asyncio.Event()
-        self._joined = asyncio.Event()
+        self._join_done = asyncio.Event()   # joined, or refused for good (self.rejected)
+        self.rejected: Optional[JoinRejected] = None
         self._tasks: list = []
         self._pump: Optional[asyncio.Task] = None
         self._orig_emit = None
@@ -175,6 +176,11 @@ class MemberActor(QueueMethods):
                 return
             except asyncio.CancelledError:
                 raise
+            except JoinRejected as e:  # our settings differ from the group's: final
+                self.state, self.error, self.rejected = "rejected", str(e), e
+                self.log.error("%s", e)
+                self._join_done.set()
+                return
             except Exception as e:  # JoinTimeout, a port still held (OSError), a store error
                 self.error = f"{type(e).__name__}: {e}"
                 self.log.warning("join failed (%s); retrying in %.1fs", self.error, delay,
@@ -206,7 +212,7 @@ class MemberActor(QueueMethods):
         self.log.info("joined as %s at %s:%s", ch.address.uuid_hex, *ch.physical_address)
         while not self.history or self.history[-1]["ch"] is not ch:
             await asyncio.sleep(0.001)  # the pump records the first view
-        self._joined.set()
+        self._join_done.set()
 
     def _store_client(self) -> Any:
         """With store discovery: the node's DiscoverySupervisor as the store (it caches and
@@ -388,12 +394,15 @@ class MemberActor(QueueMethods):
 
     # -- the actor's API --------------------------------------------------------------------
     async def ready(self, timeout: float = 60.0) -> dict:
-        """Wait until this member joined; its ``info()``. Raises JoinTimeout."""
+        """Wait until this member joined; its ``info()``. Raises JoinTimeout, or
+        JoinRejected when the group refused this member's settings."""
         try:
-            await asyncio.wait_for(self._joined.wait(), timeout)
+            await asyncio.wait_for(self._join_done.wait(), timeout)
         except asyncio.TimeoutError:
             raise JoinTimeout(f"{self.spec.name} did not join {self.spec.cluster!r} in "
                               f"{timeout}s ({self.error or self.state})") from None
+        if self.rejected is not None:
+            raise self.rejected
         return self.info()
 
     def uid(self) -> Optional[str]:
@@ -527,7 +536,7 @@ class MemberActor(QueueMethods):
     async def rejoin(self, timeout: float = 30.0) -> dict:
         """Join again (after leave or a debug shutdown): a fresh UUID. No-op for a member."""
         if self.state in ("left", "shutdown"):
-            self._joined.clear()
+            self._join_done.clear()
             await self._join()
         return await self.ready(timeout)
 

@@ -143,6 +143,24 @@ class StackConfig:
         return (t.kind == "udp" and t.ip_multicast) or \
             (self.discovery.mode == "multicast" and self.store is None)
 
+    def agreed(self) -> dict:
+        """The settings every member of a group must share, ``"layer.field": value``: the
+        layer fields marked ``metadata={"agreed": True}`` and ``gms.agreed`` (an
+        application's own, e.g. ``{"app.schema": 3}``). A joiner whose settings differ from
+        the coordinator's is refused with ``JoinRejected``."""
+        out = {}
+        for f in dataclasses.fields(self):
+            sub = getattr(self, f.name)
+            if dataclasses.is_dataclass(sub):
+                out.update((f"{f.name}.{g.name}", getattr(sub, g.name))
+                           for g in dataclasses.fields(sub) if g.metadata.get("agreed"))
+        for key, value in self.gms.agreed.items():
+            if type(key) is not str or type(value) not in (str, int, float, bool):
+                raise TypeError(f"gms__agreed: str keys and str/int/float/bool values, "
+                                f"not {key!r}: {value!r}")
+            out[key] = value
+        return out
+
     def build(self, cluster: str, name: str, host: Host, rng: Rng,
               uid: Optional[bytes] = None) -> Stack:
         """Compose the layers bottom-first into a Stack."""
@@ -159,7 +177,7 @@ class StackConfig:
         else:
             layers = [discovery, MergeDetector(self.merge), Swim(self.swim),
                       NakAck(self.nakack), Unicast(self.unicast), Stable(self.stable),
-                      Gms(self.gms),
+                      Gms(dataclasses.replace(self.gms, agreed=self.agreed())),
                       FlowControl(self.flow_control),
                       Primary(self.primary), Sequencer(self.sequencer),
                       Frag(self.frag),  # FRAG above everything that sends data

@@ -17,6 +17,11 @@ class JoinTimeout(RaygroupsError):
     """Joining the group did not finish in time."""
 
 
+class JoinRejected(RaygroupsError):
+    """The group's coordinator refused this member: a setting every member must share
+    (``GmsConfig.agreed``) differs; the message names each one, the group's value first."""
+
+
 class GroupClosed(RaygroupsError):
     """The channel was closed."""
 

@@ -9,7 +9,9 @@ requests that arrive while a view is in flight build on it and none is lost; it 
 requests for ``view_bundling_s``, multicasts the VIEW reliably (NAKACK: views install in FIFO
 order with its other messages) and waits for VIEW_ACKs before the next change. A joiner
 gets JOIN_RSP with the view and a digest taken right after the VIEW was sent, whose
-coordinator entry is the VIEW's own seqno: exact, no +1 kludge.
+coordinator entry is the VIEW's own seqno: exact, no +1 kludge. A JOIN_REQ carries the
+joiner's agreed settings (``GmsConfig.agreed``); when they differ from the coordinator's it
+answers JOIN_DENIED with the differences and the joiner leaves (``JoinRejected``).
 
 When members crashed (or the coordinator did, and the next member takes over), the
 coordinator first collects every survivor's view and digest: the new view builds on the
@@ -21,7 +23,7 @@ A member excluded while alive forms a singleton view; MERGE brings it back.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .address import Address
@@ -60,7 +62,7 @@ from .gms_merge import INSTALL_MERGE, MERGE_REQ, MERGE_RSP  # noqa: E402  (types
 
 from .flush import FLUSH_CUT, FLUSH_DONE, FLUSH_OK, START_FLUSH, Flush  # noqa: E402  (types 11-12)
 
-JOIN_REQ, JOIN_RSP, LEAVE_REQ, VIEW, VIEW_ACK, NOT_MEMBER, LEAVE_RSP = range(7)
+JOIN_REQ, JOIN_RSP, LEAVE_REQ, VIEW, VIEW_ACK, NOT_MEMBER, LEAVE_RSP, JOIN_DENIED = range(8)
 
 
 class State(enum.Enum):
@@ -97,6 +99,12 @@ class GmsConfig:
     max_held: int = 10_000
     """Application sends accepted while a flush blocks sending (they go out in the new
     view); beyond this SendBlocked is raised. Channels wait instead of sending."""
+    agreed: dict = field(default_factory=dict)
+    """Settings every member must share (MySQL Group Replication's compatibility check):
+    a joiner sends its own with JOIN_REQ and the coordinator refuses it (JOIN_DENIED, then
+    ``JoinRejected`` from ``connect()``) when they differ. An application adds its own here
+    (``gms__agreed={"app.schema": 3}``: str keys, str/int/float/bool values);
+    ``StackConfig.build`` adds the layer settings marked agreed (``primary.relay_above``)."""
 
 
 class Gms(Layer):
@@ -109,6 +117,7 @@ class Gms(Layer):
         self.view: Optional[View] = None
         self.empty_rounds = 0
         self.join_timer = None
+        self.asked: Optional[Address] = None  # the coordinator our last JOIN_REQ went to
         self.suspects: set = set()
         # coordinator side
         self.tmp: list[Address] = []          # pending membership (seed 003)
@@ -167,8 +176,10 @@ class Gms(Layer):
         if coords:
             self.stats["join_requests_sent"] += 1
             phys = self.below.down_event(GetPhysical())
+            self.asked = coords[0]
             self.below.down(Message(coords[0], b"", CONTROL,
-                                    {5: [JOIN_REQ, local.name, list(phys) if phys else None]}))
+                                    {5: [JOIN_REQ, local.name, list(phys) if phys else None,
+                                         self.config.agreed]}))
             self.join_timer = self.ctx.schedule(self.config.join_timeout_s, self._join_timeout)
             return
         joining = [p.addr for p in found if not p.joined]
@@ -183,6 +194,19 @@ class Gms(Layer):
             self.ctx.schedule(self.ctx.rng.uniform(0, self.config.retry_jitter_s), self._discover)
         else:
             self._discover()
+
+    def _on_join_denied(self, sender: Address, diffs: list) -> None:
+        """The coordinator we asked refuses us: our agreed settings differ from the group's.
+        Final (settings do not change while we wait): leave with the reason."""
+        if self.state is not State.JOINING or sender != self.asked:
+            return
+        reason = "; ".join(f"{k} is {theirs!r} in the group, {ours!r} here"
+                           for k, theirs, ours in diffs)
+        if self.join_timer is not None:
+            self.join_timer.cancel()
+            self.join_timer = None
+        self.stats["join_denied"] += 1
+        self._finish_leave(f"join denied by {sender}: {reason}")
 
     def _join_timeout(self) -> None:
         self.join_timer = None
@@ -327,12 +351,21 @@ class Gms(Layer):
         self.below.down(self._view_msg([VIEW, vwire, [], fwire, [subgroups, dwire]]))
 
     # -- coordinator ----------------------------------------------------------------------
-    def _on_join_req(self, sender: Address, name: str, phys) -> None:
+    def _on_join_req(self, sender: Address, name: str, phys, agreed: dict) -> None:
+        if type(agreed) is not dict:
+            raise TypeError("JOIN_REQ settings")
         self.ctx.book.get(sender.uid, str(name))
         if phys is not None:
             self.below.down_event(AddPhysical(sender, (str(phys[0]), int(phys[1]))))
         if not self.is_coord or self.state is not State.MEMBER:
             self.stats["join_requests_ignored"] += 1
+            return
+        ours = self.config.agreed
+        if agreed != ours:
+            self.stats["joins_denied"] += 1
+            self._send(sender, [JOIN_DENIED, [[k, ours.get(k), agreed.get(k)]
+                                              for k in sorted(ours.keys() | agreed.keys())
+                                              if ours.get(k) != agreed.get(k)]])
             return
         cached = self.join_rsps.get(sender)
         if cached is not None:
@@ -530,7 +563,9 @@ class Gms(Layer):
             if sender in (self.acks or ()):
                 self._on_ack(sender, int(h[2]))
         elif typ == JOIN_REQ:
-            self._on_join_req(sender, h[1], h[2])
+            self._on_join_req(sender, h[1], h[2], h[3] if len(h) > 3 else {})
+        elif typ == JOIN_DENIED:
+            self._on_join_denied(sender, h[1])
         elif typ == JOIN_RSP:
             self._on_join_rsp(h)
         elif typ == LEAVE_REQ:

@@ -57,10 +57,12 @@ class PrimaryConfig:
     and counted (they arrive only from members that finished the round early)."""
     attributes: dict = field(default_factory=dict)
     """Extra attributes this member announces (merged with address, port, status)."""
-    relay_above: int = 32
+    relay_above: int = field(default=32, metadata={"agreed": True})
     """Views with more members than this relay the state exchange through their first
     member (O(N) messages per view change, one hop more); smaller ones exchange as seed 002
-    says, every member multicasting its state (N^2 deliveries, no relay). 0: always relay."""
+    says, every member multicasting its state (N^2 deliveries, no relay). 0: always relay.
+    Must be the same on every member: a joiner with another value is refused
+    (``JoinRejected``, see ``GmsConfig.agreed``)."""
 
 
 class Primary(Layer):

@@ -16,7 +16,7 @@ import uuid
 from typing import Any, AsyncIterator, Callable, Iterable, Optional
 
 from ..config import StackConfig
-from ..errors import GroupClosed, JoinTimeout, NotConnected, NotPrimary
+from ..errors import GroupClosed, JoinRejected, JoinTimeout, NotConnected, NotPrimary
 from ..message import ORDERED, Message
 from ..state_transfer import StateTransferFailed
 from ..view import Left, View, ViewChange
@@ -78,6 +78,9 @@ class Channel:
         except asyncio.TimeoutError:
             await self._shutdown()
             raise JoinTimeout(f"{self.name} did not join {self.cluster!r} in {timeout}s") from None
+        except JoinRejected:
+            await self._shutdown()
+            raise
 
     async def close(self, timeout: float = 10.0) -> None:
         """Leave gracefully (the others install a view without us), then release sockets."""
@@ -254,6 +257,9 @@ class Channel:
             self._queue.append(ev)
             self._ready.set()
         elif t is Left:
+            if not self._joined.done():  # refused before it joined (JoinRejected)
+                self._joined.set_exception(JoinRejected(
+                    f"{self.name} cannot join {self.cluster!r}: {ev.reason}"))
             if not self._left.done():
                 self._left.set_result(ev)
             self._closed = True

@@ -16,7 +16,8 @@ import pytest
 pytest_plugins = ["tests.ray_fixtures"]
 
 
-from raygroups.actors import Group, GroupClosed, NoSuchGroup, NotMember  # noqa: E402
+from raygroups.actors import (Group, GroupClosed, JoinRejected, NoSuchGroup,  # noqa: E402
+                              NotMember)
 from raygroups.stack import RaygroupsError, View  # noqa: E402
 
 WAIT_S = 60.0
@@ -94,6 +95,17 @@ def test_second_launch_attaches(group):
     before = {m["name"]: m["uuid"] for m in group.members()}
     again = Group.launch(group.cluster, members=5, timeout=WAIT_S)
     assert {m["name"]: m["uuid"] for m in again.members()} == before
+
+
+def test_a_member_with_other_agreed_settings_is_refused_and_removed(group):
+    """Launching one more member whose agreed settings differ: JoinRejected naming them, the
+    refused actor is removed, the group's view is unchanged."""
+    before = group.view()
+    with pytest.raises(JoinRejected, match="app.schema is None in the group, 2 here"):
+        Group.launch(group.cluster, members=6, timeout=WAIT_S,
+                     stack_options={"gms__agreed": {"app.schema": 2}})
+    assert sorted(group.member_names()) == sorted(m.name for m in before.members)
+    assert group.view().view_id == before.view_id
 
 
 def test_attach_from_a_second_driver(group, ray_session):

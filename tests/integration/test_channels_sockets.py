@@ -3,10 +3,12 @@ fan-out) and TCP. Three senders multicast 2,000 messages each; every receiver ge
 message exactly once, in per-sender order. The same suite runs on every transport."""
 import asyncio
 import itertools
+import socket
 
 import pytest
 
-from raygroups.stack import Channel, GroupClosed, StackConfig, ViewChange
+from raygroups.stack import (Channel, GroupClosed, JoinRejected, NotConnected, StackConfig,
+                             ViewChange)
 
 from raygroups.stack.runtime.ports import free_port, free_ports
 
@@ -106,5 +108,43 @@ def test_unicast_and_graceful_leave(variant):
                 break
         assert any(isinstance(e, ViewChange) and a.address in e.left for e in events)
         await asyncio.gather(b.close(), c.close())
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("variant", ["udp-multicast", "tcp-static"])
+def test_a_joiner_with_other_agreed_settings_is_refused(variant):
+    """A joiner whose agreed settings (a layer's, or the application's own) differ from the
+    group's gets JoinRejected naming each one; the group's view stays; the same settings
+    join."""
+    async def main():
+        mp, ports = free_port(), free_ports(3)
+        make = configs()[variant]
+        cluster = f"test-agreed-{variant}-{next(_ids)}-{mp}"
+
+        def config(i, **opts):
+            return make(mp, ports).with_options(port=ports[i], **opts)
+        a = Channel(cluster, name="a", config=config(0, gms__agreed={"app.schema": 1}))
+        await a.connect(timeout=20)
+        b = Channel(cluster, name="b", config=config(
+            1, primary__relay_above=64, gms__agreed={"app.schema": 2}))
+        with pytest.raises(JoinRejected) as refused:
+            await b.connect(timeout=20)
+        text = str(refused.value)
+        assert "primary.relay_above is 32 in the group, 64 here" in text, text
+        assert "app.schema is 1 in the group, 2 here" in text, text
+        assert [m.name for m in a.view.members] == ["a"]
+        with pytest.raises(NotConnected):  # never joined, and its sockets are released
+            await b.send(b"x")
+        for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+            with socket.socket(socket.AF_INET, kind) as s:
+                s.bind(("127.0.0.1", ports[1]))
+        assert a.stack.layer("gms").stats["joins_denied"] >= 1
+        c = Channel(cluster, name="c", config=config(2, gms__agreed={"app.schema": 1}))
+        await c.connect(timeout=20)
+        while len(a.view) != 2:
+            await asyncio.sleep(0.01)
+        assert [m.name for m in c.view.members] == ["a", "c"]
+        await asyncio.gather(a.close(), c.close())
 
     asyncio.run(main())

@@ -176,7 +176,8 @@ def test_replays_deliver_each_packet_at_most_once(mode, order):
 def join_req_bundle(sim, coord, uid=b"\x33" * 16):
     bundler = wire.Bundler(CLUSTER, uid, 60_000)
     bundler.add("x", wire.encode_message(coord.address.uid, CONTROL,
-                                         {5: [JOIN_REQ, "X", ["10.9.9.9", 7800]]}, b""))
+                                         {5: [JOIN_REQ, "X", ["10.9.9.9", 7800],
+                                              coord.stack.layer("gms").config.agreed]}, b""))
     [(_, bundle)] = list(bundler.drain())
     return bundle
 

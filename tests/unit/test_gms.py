@@ -13,7 +13,7 @@ from raygroups.stack.events import (AddPhysical, Catchup, Connect, FindMembers, 
                                     GetPhysical, Leave, MemberDead, MembershipStatus, MergeInfo,
                                     PingData, SetDigest, ViewInstalled)
 from raygroups.stack.flush import FLUSH_CUT, FLUSH_DONE, FLUSH_OK, START_FLUSH
-from raygroups.stack.gms import (JOIN_REQ, JOIN_RSP, LEAVE_REQ, LEAVE_RSP, NOT_MEMBER,
+from raygroups.stack.gms import (JOIN_DENIED, JOIN_REQ, JOIN_RSP, LEAVE_REQ, LEAVE_RSP, NOT_MEMBER,
                                  STALE_INFOS, VIEW, VIEW_ACK, Gms, GmsConfig, State)
 from raygroups.stack.gms_merge import MERGE_REQ, MERGE_RSP
 from raygroups.stack.message import CONTROL, INTERNAL, Message
@@ -103,7 +103,9 @@ def view_hdr(view, phys=()):
 
 
 def join_req(s, who, phys=None):
-    return Message(s.local, b"", CONTROL, {5: [JOIN_REQ, who.name, phys]}, who)
+    """``who``'s JOIN_REQ, with the same agreed settings as ``s``."""
+    return Message(s.local, b"", CONTROL, {5: [JOIN_REQ, who.name, phys, s.gms.config.agreed]},
+                   who)
 
 
 def leave_req(s, who):
@@ -159,7 +161,7 @@ def test_connect_discovers_then_joins_the_coordinator():
                PingData(a, ("10.0.0.3", 1), True, True, a)])
     [req] = sent(s, JOIN_REQ)
     assert req.dest == a and req.flags == CONTROL
-    assert hdr(req) == [JOIN_REQ, s.local.name, list(OWN_PHYS)]
+    assert hdr(req) == [JOIN_REQ, s.local.name, list(OWN_PHYS), {}]  # {}: agreed settings
     assert s.gms.state is State.JOINING and views(s) == []
 
 
@@ -181,6 +183,48 @@ def test_join_timeout_discovers_again():
     s.advance(0.02)
     assert len(s.below.events_of(FindMembers)) == 2
     assert s.gms.stats["join_timeouts"] == 1
+
+
+def test_a_joiner_with_other_agreed_settings_is_denied_and_the_view_stays():
+    s = coordinator(agreed={"primary.relay_above": 32, "app.schema": 1})
+    x, y = s.addr("X"), s.addr("Y")
+    theirs = {"primary.relay_above": 64, "app.schema": 1, "app.extra": "on"}
+    s.up(Message(s.local, b"", CONTROL, {5: [JOIN_REQ, "X", ["10.0.0.7", 7800], theirs]}, x))
+    s.advance(0.1)
+    [denied] = sent(s, JOIN_DENIED)
+    assert denied.dest == x and hdr(denied) == [JOIN_DENIED, [
+        ["app.extra", None, "on"], ["primary.relay_above", 32, 64]]]
+    assert sent(s, JOIN_RSP) == [] and len(views(s)) == 2 and s.gms.stats["joins_denied"] == 1
+    # the same settings join; a request without any counts as none (so it is denied too)
+    same = {"primary.relay_above": 32, "app.schema": 1}
+    s.up(Message(s.local, b"", CONTROL, {5: [JOIN_REQ, "Y", None, same]}, y),
+         Message(s.local, b"", CONTROL, {5: [JOIN_REQ, "Z", None]}, s.addr("Z")))
+    s.advance(0.1)
+    run_flush(s)
+    assert [m.dest for m in sent(s, JOIN_RSP)] == [y]
+    assert [m.dest.name for m in sent(s, JOIN_DENIED)] == ["X", "Z"]
+    # settings that are not a dict are malformed input: counted, nothing sent
+    s.below.take()
+    s.up(Message(s.local, b"", CONTROL, {5: [JOIN_REQ, "W", None, [1, 2]]}, s.addr("W")))
+    assert s.gms.stats["malformed_header"] == 1 and s.below.sent == []
+
+
+def test_a_denied_joiner_leaves_with_the_reason_and_stops_discovering():
+    s = make(agreed={"primary.relay_above": 64})
+    s.down_event(Connect())
+    a, other = s.addr("A"), s.addr("O")
+    rounds(s, [PingData(a, ("10.0.0.3", 1), True, True, a)])
+    [req] = sent(s, JOIN_REQ)
+    assert hdr(req)[3] == {"primary.relay_above": 64}
+    diffs = [["primary.relay_above", 32, 64]]
+    s.up(Message(s.local, b"", INTERNAL, {5: [JOIN_DENIED, diffs]}, other))  # not asked
+    assert s.gms.state is State.JOINING and s.above.events_of(Left) == []
+    s.up(Message(s.local, b"", INTERNAL, {5: [JOIN_DENIED, diffs]}, a))
+    [left] = s.above.events_of(Left)
+    assert s.gms.state is State.LEFT and s.gms.stats["join_denied"] == 1
+    assert "primary.relay_above is 32 in the group, 64 here" in left.reason, left.reason
+    s.advance(5.0)  # no join timeout, no discovery round after the refusal
+    assert len(s.below.events_of(FindMembers)) == 1 and len(sent(s, JOIN_REQ)) == 1
 
 
 @pytest.mark.parametrize("needed", [1, 2, 3])
