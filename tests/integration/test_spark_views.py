@@ -78,7 +78,7 @@ def test_tasks_read_the_view_and_detect_a_superseded_one(spark_session, group, f
 
 def test_by_view_on_the_executors_moves_only_the_affected_keys(spark_session, feed):
     from pyspark.sql import functions as F
-    view = feed.current()
+    view = feed.wait_stable(0.5, WAIT_S)
     members = list(view.members)
     n_keys = 6000
     df = spark_session.range(n_keys).withColumn("customer_id", F.col("id") % 3000)
@@ -89,8 +89,12 @@ def test_by_view_on_the_executors_moves_only_the_affected_keys(spark_session, fe
 
     before = owners(view)
     assert len(before) == 3000 and set(before.values()) == set(members)
+    # a feed routes by its view at the call (the group may have moved on since ``view``)
+    first = feed.current()
     routed = by_view(df, "customer_id", feed)
-    assert routed.select("view_id").distinct().collect()[0].view_id == view.label
+    then = feed.current()
+    assert routed.select("view_id").distinct().collect()[0].view_id in (first.label,
+                                                                      then.label)
 
     gone = members[1]
     after_leave = owners([m for m in members if m != gone])
