@@ -195,6 +195,15 @@ class Gms(Layer):
         else:
             self._discover()
 
+    def differences(self, agreed: Any) -> list:
+        """``[[setting, ours, theirs], ...]`` where another member's agreed settings differ
+        from ours (raises TypeError when they are not a dict)."""
+        if type(agreed) is not dict:
+            raise TypeError("agreed settings")
+        ours = self.config.agreed
+        return [[k, ours.get(k), agreed.get(k)] for k in sorted(ours.keys() | agreed.keys())
+                if ours.get(k) != agreed.get(k)]
+
     def _on_join_denied(self, sender: Address, diffs: list) -> None:
         """The coordinator we asked refuses us: our agreed settings differ from the group's.
         Final (settings do not change while we wait): leave with the reason."""
@@ -360,12 +369,10 @@ class Gms(Layer):
         if not self.is_coord or self.state is not State.MEMBER:
             self.stats["join_requests_ignored"] += 1
             return
-        ours = self.config.agreed
-        if agreed != ours:
+        diffs = self.differences(agreed)
+        if diffs:
             self.stats["joins_denied"] += 1
-            self._send(sender, [JOIN_DENIED, [[k, ours.get(k), agreed.get(k)]
-                                              for k in sorted(ours.keys() | agreed.keys())
-                                              if ours.get(k) != agreed.get(k)]])
+            self._send(sender, [JOIN_DENIED, diffs])
             return
         cached = self.join_rsps.get(sender)
         if cached is not None:

@@ -9,6 +9,12 @@ already merging. A timer cancels a merge whose leader went silent. The leader co
 views (subgroups in coordinator order, so it stays coordinator), takes the maximum of
 overlapping digests, and sends INSTALL_MERGE to every participating coordinator, which
 multicasts the MergeView to its subgroup; former coordinators become participants.
+
+MERGE_REQ carries the leader's agreed settings (``GmsConfig.agreed``, as JOIN_REQ does): a
+coordinator whose settings differ refuses, saying how, and each side then leaves the other
+out of its merges (two groups formed apart with incompatible settings stay apart, counted as
+``merges_refused`` and ``merges_incompatible``, instead of a merged group whose layers
+disagree; the leader does not flush its subgroup for them again).
 """
 from __future__ import annotations
 
@@ -21,6 +27,7 @@ if TYPE_CHECKING:
 
 MERGE_REQ, MERGE_RSP, INSTALL_MERGE = 8, 9, 10
 MIN_SIGHTINGS = 2  # INFOs from a foreign coordinator before it counts (filters stale ones)
+MAX_INCOMPATIBLE = 1024  # coordinators remembered as incompatible (forgotten all at once)
 
 
 class Merger:
@@ -32,6 +39,7 @@ class Merger:
         self.timer = None
         self.counter = 0
         self.cut: dict = {}                    # our subgroup's flush cut
+        self.incompatible: set = set()         # coordinators whose agreed settings differ
 
     @property
     def busy(self) -> bool:
@@ -54,7 +62,8 @@ class Merger:
         """Periodic: start a merge if we lead one (MERGE3's check)."""
         g = self.gms
         seen, self.sightings = self.sightings, {}
-        others = sorted(a for a, (n, _) in seen.items() if n >= MIN_SIGHTINGS)
+        others = sorted(a for a, (n, _) in seen.items()
+                        if n >= MIN_SIGHTINGS and a not in self.incompatible)
         if not others or self.busy or not g.is_coord or g.busy or g.state.value != "member":
             return
         if any(m in g.suspects for m in g.view.members):
@@ -76,7 +85,7 @@ class Merger:
             return
         self.leading["rsps"][self.gms.ctx.local] = state
         for c in others:
-            self.gms._send(c, [MERGE_REQ, mid])
+            self.gms._send(c, [MERGE_REQ, mid, self.gms.config.agreed])
 
     def _flush_subgroup(self, then) -> None:
         """Stop our subgroup and agree on its cut (virtual synchrony across the merge);
@@ -97,6 +106,10 @@ class Merger:
         lead = self.leading
         if lead is None or merge_id != self.merge_id or sender not in lead["waiting"]:
             return
+        if not ok and state is not None:  # refused for its settings: [[k, theirs, ours]]
+            diffs = [[k, ours, theirs] for k, theirs, ours in state]
+            self.gms.stats["merges_incompatible"] += 1
+            self._incompatible(sender, diffs)
         lead["waiting"].discard(sender)
         if ok:
             lead["rsps"][sender] = state
@@ -136,14 +149,20 @@ class Merger:
     # -- participant --------------------------------------------------------------------
     def handle(self, sender, typ: int, h: list) -> None:
         if typ == MERGE_REQ:
-            self._on_req(sender, h[1])
+            self._on_req(sender, h[1], h[2] if len(h) > 2 else {})
         elif typ == MERGE_RSP:
             self._on_rsp(sender, h[1], bool(h[2]), h[3])
         elif typ == INSTALL_MERGE:
             self._on_install(sender, h)
 
-    def _on_req(self, sender, merge_id) -> None:
+    def _on_req(self, sender, merge_id, agreed) -> None:
         g = self.gms
+        diffs = g.differences(agreed)
+        if diffs:
+            g.stats["merges_refused"] += 1
+            self._incompatible(sender, diffs)
+            g._send(sender, [MERGE_RSP, merge_id, False, diffs])
+            return
         if self.busy or g.busy or g.state.value != "member" or g.view is None:
             g._send(sender, [MERGE_RSP, merge_id, False, None])
             return
@@ -158,6 +177,16 @@ class Merger:
         _, _, vwire, subgroups, dwire, phys = h
         g._learn_phys(phys)
         g._multicast_merge_view(vwire, subgroups, dwire, self.cut)
+
+    def _incompatible(self, coord, diffs: list) -> None:
+        """``coord`` leads a group whose agreed settings differ from ours (``diffs``:
+        [[setting, ours, theirs], ...]): never merge with it."""
+        if coord not in self.incompatible:
+            if len(self.incompatible) >= MAX_INCOMPATIBLE:
+                self.incompatible.clear()
+            self.incompatible.add(coord)
+            self.gms.ctx.log(f"not merging with {coord}: " + "; ".join(
+                f"{k} is {ours!r} here, {theirs!r} there" for k, ours, theirs in diffs))
 
     def _arm(self) -> None:
         if self.timer is not None:
