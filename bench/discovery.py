@@ -33,12 +33,13 @@ import tempfile
 import time
 import uuid
 
-from raygroups.stack import Channel, StackConfig
+from raygroups.stack import Channel, StackConfig, wire
 from raygroups.stack.address import Address
 from raygroups.stack.discovery import Entry, MembersFile
 from raygroups.stack.discovery.bootstrap import column_name
 from raygroups.stack.discovery.members_file import file_name
 from raygroups.stack.discovery.store import MemoryStore
+from raygroups.stack.message import INTERNAL
 from raygroups.stack.runtime.ports import free_port
 from raygroups.stack.sim import Simulation
 
@@ -51,8 +52,8 @@ LAZY = dict(stable__desired_avg_gossip_s=30.0, swim__probe_interval_s=10.0,
             merge__info_interval_s=30.0, gms__merge_check_s=30.0,
             store__rendezvous_interval_s=3600.0, gms__view_bundling_s=0.05,
             gms__view_ack_timeout_s=5.0, gms__join_timeout_s=3.0)
-# (a JOIN_RSP of ~1,000 members is ~80 KB, more than one 60 KB datagram: the transport
-# fragments it, stack/transport_frag.py)
+# (a JOIN_RSP of ~1,000 members is ~38 KB, one datagram; from ~1,500 members on the
+# transport fragments it, stack/transport_frag.py)
 
 
 class CoreConfig(StackConfig):
@@ -148,7 +149,11 @@ def sim_run(n: int, seed: int = 1) -> dict:
         assert not j.store.calls["put"]
     final = MembersFile.parse(sim.store.get(CLUSTER, "1.list")[0])
     data = sim.store.get(CLUSTER, "1.list")[0]
+    # the last joiner's JOIN_RSP as it goes on the wire (view, digest, addresses)
+    rsp = coord.stack.layer("gms").join_rsps[j.stack.local]
+    join_rsp = len(wire.encode_message(j.stack.local.uid, INTERNAL, {5: rsp}, b""))
     return {"n": n, "where": "simulator", "store": "counting", "reads": max(reads),
+            "join_rsp": join_rsp,
             "writes": max(writes), "line": final.line_bytes(), "file": len(data) / len(final),
             "seeded": seeded.line_bytes(), "random": random_uuid_bytes(final)[0],
             "random_dashed": random_uuid_bytes(final)[1],
@@ -246,6 +251,9 @@ def main() -> None:
         print(f"| {r['n']} | {r['where']} | {r['store']} | {r['reads']} | {r['writes']} "
               f"| {r['line']:.1f} | {r['file']:.1f} | {seeded} | {r['random']:.1f} "
               f"({r['random_dashed']:.1f}) | {r['per_member_reads']} |")
+    print("\nJOIN_RSP to the last joiner (view, digest and addresses; each UUID once): " +
+          ", ".join(f"N = {r['n']}: {r['join_rsp'] / 1000:.1f} KB" for r in rows
+                    if "join_rsp" in r))
     print("\nTargets")
     print(f"- a join costs at most 2 store reads whatever N: "
           f"{verdict(all(r['reads'] <= 2 for r in rows))} "

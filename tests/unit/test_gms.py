@@ -6,6 +6,7 @@ Every view change runs a FLUSH first (tests/unit/test_flush.py covers it in deta
 coordinator's flush completes at once (its own FLUSH_OK/DONE are handled locally, and the
 Below answers Catchup by calling back unless ``s.catchup_now`` is False); with peers,
 ``run_flush`` answers FLUSH_OK and FLUSH_DONE for them."""
+import msgpack
 import pytest
 
 from raygroups.stack.address import Address
@@ -108,6 +109,19 @@ def join_req(s, who, phys=None):
                    who)
 
 
+def join_rsp(view, digest, phys=None):
+    """A JOIN_RSP header: the digest and the addresses in view order (None: not known)."""
+    phys = phys or {}
+    return [JOIN_RSP, view_to_wire(view), [digest.get(a) for a in view.members],
+            [list(phys[a]) if a in phys else None for a in view.members]]
+
+
+def rsp_digest(rsp):
+    """{uid: seqno} of a JOIN_RSP message's digest."""
+    h = hdr(rsp)
+    return {uid: n for (uid, _), n in zip(h[1][2], h[2]) if n is not None}
+
+
 def leave_req(s, who):
     return Message(s.local, b"", INTERNAL, {5: [LEAVE_REQ]}, who)
 
@@ -143,8 +157,8 @@ def member(**cfg):
     s.down_event(Connect())
     rounds(s, [PingData(s.a, ("10.0.0.9", 7800), True, True, s.a)])
     view = View(ViewId(s.a, 5), (s.a, s.local, s.c))
-    s.up(Message(s.local, b"", INTERNAL, {5: [JOIN_RSP, view_to_wire(view), [[s.a.uid, 3]],
-                                                [[s.a.uid, "10.0.0.9", 7800]]]}, s.a))
+    s.up(Message(s.local, b"", INTERNAL, {5: join_rsp(view, {s.a: 3}, {s.a: ("10.0.0.9", 7800)})},
+                 s.a))
     assert s.gms.state is State.MEMBER
     s.below.take()
     return s
@@ -271,8 +285,8 @@ def test_join_response_installs_view_with_digest_and_acks():
     rounds(s, [PingData(a, ("10.0.0.9", 7800), True, True, a)])
     del s.below.events[:]
     view = View(ViewId(a, 4), (a, c, s.local))
-    phys = [[a.uid, "10.0.0.9", 7800], [c.uid, "10.0.0.8", 7801]]
-    rsp = [JOIN_RSP, view_to_wire(view), [[a.uid, 7], [c.uid, 2]], phys]
+    rsp = join_rsp(view, {a: 7, c: 2}, {a: ("10.0.0.9", 7800), c: ("10.0.0.8", 7801)})
+    assert rsp[2] == [7, 2, None] and rsp[3] == [["10.0.0.9", 7800], ["10.0.0.8", 7801], None]
     s.up(Message(s.local, b"", INTERNAL, {5: rsp}, a))
     evs = [e for e in s.below.events if type(e) in (SetDigest, ViewInstalled, AddPhysical)]
     assert evs == [AddPhysical(a, ("10.0.0.9", 7800)), AddPhysical(c, ("10.0.0.8", 7801)),
@@ -290,8 +304,17 @@ def test_join_response_without_the_joiner_is_malformed():
     a = s.addr("A")
     rounds(s, [PingData(a, None, True, True, a)])
     view = View(ViewId(a, 4), (a,))
-    s.up(Message(s.local, b"", INTERNAL, {5: [JOIN_RSP, view_to_wire(view), [], []]}, a))
+    s.up(Message(s.local, b"", INTERNAL, {5: join_rsp(view, {a: 1})}, a))
     assert views(s) == [] and s.gms.stats["malformed_header"] == 1
+    # lists that are not in view order (one entry per member) are malformed too
+    view = View(ViewId(a, 4), (a, s.local))
+    for bad in ([JOIN_RSP, view_to_wire(view), [1], [None, None]],
+                [JOIN_RSP, view_to_wire(view), [1, None], [None]],
+                [JOIN_RSP, view_to_wire(view), {a.uid: 1}, [None, None]]):
+        s.up(Message(s.local, b"", INTERNAL, {5: bad}, a))
+    assert views(s) == [] and s.gms.stats["malformed_header"] == 4
+    s.up(Message(s.local, b"", INTERNAL, {5: join_rsp(view, {a: 1})}, a))
+    assert views(s) == [view]
 
 
 # -- the coordinator ------------------------------------------------------------------------
@@ -358,7 +381,12 @@ def test_join_rsp_digest_has_the_view_seqno_for_the_coordinator():
     run_flush(s, digests={s.b: {s.local: 4, s.b: 2}, s.c: {s.local: 4, s.b: 1}})
     [view] = [m for m in sent(s, VIEW) if m.dest is None]
     [rsp] = sent(s, JOIN_RSP)
-    digest = dict((uid, seq) for uid, seq in hdr(rsp)[2])
+    digest = rsp_digest(rsp)
+    # each member's UUID travels once in the view's list (the coordinator's also in the view
+    # id), its seqno and address by position
+    packed = msgpack.packb(hdr(rsp), use_bin_type=True)
+    assert all(packed.count(uid) == 1 + (uid == s.local.uid) for uid, _ in hdr(rsp)[1][2])
+    assert hdr(rsp)[3] == [list(OWN_PHYS), ["10.0.0.2", 7800], ["10.0.0.3", 7800], None]
     # coordinator: view 2 (seqno 1), three app messages, then this VIEW (in view 2)
     assert view.headers[2] == [MSG, 5, 2]
     assert digest == {s.local.uid: 5, s.b.uid: 2, s.c.uid: 0}  # the cut of the members
@@ -383,7 +411,7 @@ def test_joiners_start_at_the_flush_cut_not_at_what_the_coordinator_had():
     s.up(Message(None, "b2", 0, {2: [MSG, 2, 2]}, s.b))
     [view] = [m for m in sent(s, VIEW) if m.dest is None]
     [rsp] = sent(s, JOIN_RSP)
-    assert dict((uid, n) for uid, n in hdr(rsp)[2]) == {s.local.uid: 2, s.b.uid: 2, s.c.uid: 0}
+    assert rsp_digest(rsp) == {s.local.uid: 2, s.b.uid: 2, s.c.uid: 0}
     assert [m.payload for m in s.above.messages] == ["b1", "b2"]
 
 
@@ -395,7 +423,7 @@ def test_joiner_over_nakack_starts_exactly_after_the_view():
     a = s.addr("A")
     rounds(s, [PingData(a, None, True, True, a)])
     view = View(ViewId(a, 2), (a, s.local))
-    s.up(Message(s.local, b"", INTERNAL, {5: [JOIN_RSP, view_to_wire(view), [[a.uid, 4]], []]}, a))
+    s.up(Message(s.local, b"", INTERNAL, {5: join_rsp(view, {a: 4})}, a))
     s.up(Message(None, b"", INTERNAL, {2: [MSG, 4, 1], 5: view_hdr(view)}, a),
          Message(None, b"after", 0, {2: [MSG, 5, 2]}, a))
     assert views(s) == [view]
