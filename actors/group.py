@@ -396,6 +396,7 @@ class Group:
     def _remove_rejected(self, names: list) -> None:
         """Kill the members in ``names`` the group refused (their settings differ from the
         group's): they would never join, and their actors would linger."""
+        killed = set()
         for n in names:
             h = self._handles[n]
             try:
@@ -403,9 +404,22 @@ class Group:
             except RayTaskError as e:
                 if isinstance(_unwrap(e), JoinRejected):
                     ray.kill(h, no_restart=True)
-                    del self._handles[n]
+                    killed.add(n)
             except (GetTimeoutError, RayActorError):
                 pass
+        self._wait_gone(killed, 10.0)
+
+    def _wait_gone(self, names: set, timeout: float) -> None:
+        """Until Ray no longer lists the killed member actors ``names`` (at most ``timeout``
+        s), so that no handle on the group sees them afterwards."""
+        deadline = time.monotonic() + timeout
+        while names and time.monotonic() < deadline:
+            self._refresh()
+            if not names & self._handles.keys():
+                break
+            time.sleep(0.05)
+        for n in names:
+            self._handles.pop(n, None)
 
     def _await_agreement(self, names: set, timeout: float, progress) -> None:
         """Until every member in ``names`` has installed one view that holds them all."""
@@ -682,12 +696,7 @@ class Group:
                 ray.kill(h, no_restart=True)
             except Exception:
                 pass
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self._refresh()
-            if not self._handles:
-                break
-            time.sleep(0.05)
+        self._wait_gone(set(self._handles), timeout)
         self._handles.clear()
 
     async def shutdown_async(self, timeout: float = 10.0) -> None:
