@@ -253,6 +253,11 @@ class ViewFeed:
         return bc
 
     def close(self) -> None:
+        """Stop following. No callback starts after this returns (a callback running now
+        finishes first, unless close() is called from it); the subscription thread ends
+        when its current long-poll does (at most ``FeedConfig.poll_s``)."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+        if threading.current_thread() is not self._dispatcher:
+            self._dispatcher.join()

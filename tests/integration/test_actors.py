@@ -10,6 +10,7 @@ every wait is for a condition, with a generous deadline.
 import asyncio
 import json
 import os
+import threading
 
 import pytest
 
@@ -172,6 +173,37 @@ def test_leave_and_rejoin_seen_in_order_by_the_subscription(group):
     hist = [tuple(h["view_id"]) for h in group.view_history(member=v0.members[0].name)]
     i0, i1, i2 = (hist.index((x.view_id.coord.name, x.view_id.id)) for x in (v0, v1, v2))
     assert i0 < i1 < i2
+
+
+def test_a_view_feed_closed_runs_no_callback_after_close_returns(group):
+    """ViewFeed.close() waits for a callback that is running, and none starts after it."""
+    from raygroups.integration import ViewFeed
+    feed = ViewFeed(None, group.cluster)
+    v0 = feed.wait_for(lambda v: len(v.members) == 5, WAIT_S)
+    entered, release, calls = threading.Event(), threading.Event(), []
+
+    def slow(old, new):
+        calls.append(new)
+        entered.set()
+        release.wait(WAIT_S)
+    feed.on_change(slow)
+    leaver = v0.members[-1]
+    group.leave(leaver)
+    try:
+        assert entered.wait(WAIT_S), "no view change reached the callback"
+        closer = threading.Thread(target=feed.close)
+        closer.start()
+        closer.join(0.5)
+        assert closer.is_alive()  # held by the running callback (cannot pass early)
+        release.set()
+        closer.join(WAIT_S)
+        assert not closer.is_alive()
+        seen = len(calls)
+    finally:
+        release.set()
+        group.rejoin(leaver)
+    wait_for(group, lambda v: leaver in [m.name for m in v.members] and len(v.members) == 5)
+    assert len(calls) == seen  # the rejoin's views came after close(): no callback
 
 
 def test_debug_pause_stops_and_resumes(group):
