@@ -10,9 +10,10 @@ requests for ``view_bundling_s``, multicasts the VIEW reliably (NAKACK: views in
 order with its other messages) and waits for VIEW_ACKs before the next change. A joiner
 gets JOIN_RSP with the view and a digest taken right after the VIEW was sent, whose
 coordinator entry is the VIEW's own seqno: exact, no +1 kludge (the digest and the members'
-addresses go in view order, so each UUID travels once: 38 KB for 1,000 members, not 75). A JOIN_REQ carries the
-joiner's agreed settings (``GmsConfig.agreed``); when they differ from the coordinator's it
-answers JOIN_DENIED with the differences and the joiner leaves (``JoinRejected``).
+addresses go in view order, so each UUID travels once: 38 KB for 1,000 members, not 75).
+A JOIN_REQ carries the joiner's agreed settings (``GmsConfig.agreed``); when they differ from
+the coordinator's it answers JOIN_DENIED with the differences and the joiner leaves
+(``JoinRejected``).
 
 When members crashed (or the coordinator did, and the next member takes over), the
 coordinator first collects every survivor's view and digest: the new view builds on the
