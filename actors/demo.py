@@ -48,9 +48,10 @@ def show_files(files: dict) -> None:
 
 
 def table(members: list) -> None:
-    print(f"    {'name':<10} {'uuid':<17} {'address':<17} {'state':<8} role")
+    w = max([16] + [len(m["uuid_text"]) for m in members])  # 16, or 22 (members_file)
+    print(f"    {'name':<10} {'uuid':<{w}} {'address':<17} {'state':<8} role")
     for m in members:
-        print(f"    {m['name']:<10} {m['uuid_text']:<17} {m['address'] or '-':<17} "
+        print(f"    {m['name']:<10} {m['uuid_text']:<{w}} {m['address'] or '-':<17} "
               f"{m['state']:<8} {'coordinator' if m['coordinator'] else ''}")
 
 
