@@ -371,15 +371,13 @@ class Gms(Layer):
 
     # -- coordinator ----------------------------------------------------------------------
     def _on_join_req(self, sender: Address, name: str, phys, agreed: dict) -> None:
-        if type(agreed) is not dict:
-            raise TypeError("JOIN_REQ settings")
+        diffs = self.differences(agreed)  # (malformed settings raise here, on any member)
         self.ctx.book.get(sender.uid, str(name))
         if phys is not None:
             self.below.down_event(AddPhysical(sender, (str(phys[0]), int(phys[1]))))
         if not self.is_coord or self.state is not State.MEMBER:
             self.stats["join_requests_ignored"] += 1
             return
-        diffs = self.differences(agreed)
         if diffs:
             self.stats["joins_denied"] += 1
             self._send(sender, [JOIN_DENIED, diffs])
