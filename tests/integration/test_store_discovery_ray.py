@@ -123,8 +123,8 @@ def test_discovery_supervisor_is_the_only_store_caller():
 
 
 def test_a_crashed_discovery_supervisor_is_restarted_and_discovery_resumes():
-    """kill -9 of the supervisor's process: the group runs on (its calls fail as an outage),
-    Ray restarts the actor, and through the same handles a new member joins and is written."""
+    """kill -9 of the supervisor's process: the group runs on, Ray restarts the actor, and
+    through the same handles a new member joins and is written."""
     import os
     import signal
     url = f"ray-kv://rgtest{next(_ids)}"
@@ -163,7 +163,8 @@ def test_a_crashed_discovery_supervisor_is_restarted_and_discovery_resumes():
         chans.append(c)
         await wait_for(lambda: one_file(check, cluster, chans), what="C joined and written")
         assert new_pid != old_pid
-        assert sum(ch.stack.layer("discovery").stats["store_errors"] for ch in chans[:2]) > 0
+        # (whether A's or B's rendezvous hit the store while it was down depends on how fast
+        # Ray restarts it: a restart within one rendezvous interval shows no store error)
         await asyncio.gather(*(ch.close() for ch in chans))
 
     asyncio.run(main())
