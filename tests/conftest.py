@@ -2,7 +2,9 @@
 
 Every simulated test takes a ``sim_seed`` parameter: ``--sim-seeds=N`` runs N seeds (a
 long campaign), ``--sim-seed=S`` replays one seed, ``--sim-seed-base=B`` shifts the range.
-Each failing run prints ``reproduce with --sim-seed=S``.
+Each failing run prints ``reproduce with --sim-seed=S``. Seeds that once found a bug stay
+as regression tests: ``@pytest.mark.regressions(S, ...)`` runs them besides the range (not
+with ``--sim-seed``).
 """
 
 def pytest_addoption(parser):
@@ -20,7 +22,10 @@ def pytest_generate_tests(metafunc):
         else:
             marker = metafunc.definition.get_closest_marker("seeds")
             count = opt("sim_seeds") or (marker.args[0] if marker else 20)
-            seeds = range(opt("sim_seed_base"), opt("sim_seed_base") + count)
+            seeds = list(range(opt("sim_seed_base"), opt("sim_seed_base") + count))
+            regressions = metafunc.definition.get_closest_marker("regressions")
+            if regressions is not None:
+                seeds += [s for s in regressions.args if s not in seeds]
         metafunc.parametrize("sim_seed", list(seeds), ids=lambda s: f"seed{s}")
 
 
@@ -31,6 +36,7 @@ def pytest_report_header(config):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "seeds(n): default number of simulator seeds")
+    config.addinivalue_line("markers", "regressions(*seeds): seeds that once failed, always run")
     config.addinivalue_line("markers", "root: needs root (network namespaces, nftables)")
 
 
