@@ -3,6 +3,9 @@
 Every random choice (link delay, loss, duplication, reordering, member UUIDs, protocol
 randomness) comes from one seed, so a run replays exactly. Failures name the seed:
 ``reproduce with --sim-seed=N``. Users can run their configuration at 1,000 members here.
+``Simulation(seed, buggify=True)`` adds FoundationDB-style perturbations from the same seed
+(stack/sim_buggify.py): skewed timers, stalled members, view-change races, zombie packets,
+loss bursts.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from .discovery.bootstrap import seeded_uid
 from .discovery.store import MemoryStore, ScheduledStoreClient
 from .layer import MCAST
 from .message import ORDERED, Message
+from .sim_buggify import Buggify, BuggifyOptions
 from .view import Left, View, ViewChange
 
 
@@ -69,15 +73,23 @@ class SimMember:
         self.left: Optional[Left] = None
         self.uids: list[bytes] = []  # the UUID of every incarnation
         self.on_message: Optional[Callable[["SimMember", list], None]] = None
+        self.stalled_until = 0.0  # buggify: nothing of this member runs before this time
+        self.race_until = 0.0     # buggify: its packets take longer until this time
         # Host.store: this member's client of the simulation's one discovery store
-        self.store = ScheduledStoreClient(sim.store, sim._schedule, sim._store_delay)
+        self.store = ScheduledStoreClient(sim.store, self._schedule_own, sim._store_delay)
 
     # Host protocol ------------------------------------------------------------------------
     def now(self) -> float:
         return self.sim.now
 
     def call_later(self, delay: float, fn: Callable[[], None]) -> _Timer:
-        return self.sim._schedule(delay, fn)
+        if self.sim.buggify is not None:
+            delay = self.sim.buggify.timer_delay(delay)
+        return self.sim._schedule(delay, fn, self)
+
+    def _schedule_own(self, delay: float, fn: Callable[[], None]) -> _Timer:
+        """Something that runs on this member (a store call's callback): a stall holds it."""
+        return self.sim._schedule(delay, fn, self)
 
     def emit(self, dest: Any, data: bytes) -> None:
         self.sim._transmit(self, dest, data)
@@ -89,6 +101,8 @@ class SimMember:
         if type(item) is ViewChange:
             if keep:
                 self.views.append(item.view)
+            if self.sim.buggify is not None:
+                self.sim.buggify.view_installed(self, self.sim.now)
         elif type(item) is Left:
             self.left = item
             self.sim._schedule(0, self._stop_after_flush)
@@ -141,9 +155,20 @@ class SimMember:
 
 
 class Simulation:
-    def __init__(self, seed: int, options: Optional[SimOptions] = None):
+    force_buggify: Optional[bool] = None
+    """Overrides every Simulation's ``buggify`` argument when set (the test option
+    ``--sim-buggify=on|off``)."""
+
+    def __init__(self, seed: int, options: Optional[SimOptions] = None,
+                 buggify: "bool | BuggifyOptions" = False):
         self.seed = seed
         self.options = options or SimOptions()
+        if self.force_buggify is not None:
+            buggify = self.force_buggify and (buggify or True)
+        self.buggify: Optional[Buggify] = None
+        if buggify:
+            self.buggify = Buggify(seed, buggify if isinstance(buggify, BuggifyOptions)
+                                   else BuggifyOptions())
         self.rng = random.Random(seed)
         self.now = 0.0
         self.queue: list = []
@@ -163,6 +188,8 @@ class Simulation:
     def add_member(self, cluster: str, name: str, config: Optional[StackConfig] = None,
                    start: bool = True) -> SimMember:
         m = SimMember(self, len(self.members), cluster, name, config or StackConfig.local())
+        if self.buggify is not None and not self.members:
+            self._schedule(self.buggify.options.tick_s, self._buggify_tick)
         self.members.append(m)
         self.by_phys[m.local_phys] = m
         if start:
@@ -170,22 +197,34 @@ class Simulation:
         return m
 
     # clock ------------------------------------------------------------------------------
-    def _schedule(self, delay: float, fn: Callable[[], None]) -> _Timer:
+    def _schedule(self, delay: float, fn: Callable[[], None],
+                  owner: Optional[SimMember] = None) -> _Timer:
+        """``fn`` runs ``delay`` from now; ``owner``: the member it runs on (held while that
+        member stalls)."""
         t = _Timer()
         self.seq += 1
-        heapq.heappush(self.queue, (self.now + max(delay, 0.0), self.seq, fn, t))
+        heapq.heappush(self.queue, (self.now + max(delay, 0.0), self.seq, fn, t, owner))
         return t
 
     def step(self) -> bool:
         """Run the next event. False when nothing is left."""
         while self.queue:
-            when, _, fn, t = heapq.heappop(self.queue)
+            when, _, fn, t, owner = heapq.heappop(self.queue)
             if t.cancelled:
+                continue
+            if owner is not None and owner.stalled_until > when:
+                # a stalled member: everything of its runs at the stall's end, in order
+                self.seq += 1
+                heapq.heappush(self.queue, (owner.stalled_until, self.seq, fn, t, owner))
                 continue
             self.now = when
             fn()
             return True
         return False
+
+    def _buggify_tick(self) -> None:
+        self.buggify.tick(self.live(), self.now)
+        self._schedule(self.buggify.options.tick_s, self._buggify_tick)
 
     def run_for(self, seconds: float) -> None:
         end = self.now + seconds
@@ -199,8 +238,9 @@ class Simulation:
         while not pred():
             if not self.queue or self.queue[0][0] > end:
                 self.now = max(self.now, end)
+                bug = f" ({self.buggify.describe()})" if self.buggify is not None else ""
                 raise SimTimeout(f"{what} not reached within {timeout_s}s of simulated time; "
-                                 f"reproduce with --sim-seed={self.seed}")
+                                 f"reproduce with --sim-seed={self.seed}{bug}")
             when = self.queue[0][0]
             while self.queue and self.queue[0][0] <= when:
                 self.step()
@@ -212,7 +252,7 @@ class Simulation:
         else:
             m = self.by_phys.get(tuple(dest))
             targets = [m] if m is not None and m.alive else []
-        opt, rng = self.options, self.rng
+        opt, rng, bug, now = self.options, self.rng, self.buggify, self.now
         for t in targets:
             self.packets += 1
             if (self.groups is not None and self.groups.get(src) != self.groups.get(t)) or \
@@ -222,12 +262,17 @@ class Simulation:
             if opt.loss and rng.random() < opt.loss:
                 self.dropped += 1
                 continue
+            if bug is not None and bug.bursts and bug.dropped(src, t, now):
+                self.dropped += 1
+                continue
             copies = 2 if opt.duplicate and rng.random() < opt.duplicate else 1
             for _ in range(copies):
                 delay = rng.uniform(*opt.delay_s)
                 if opt.reorder and rng.random() < opt.reorder:
                     delay += rng.uniform(0, opt.reorder_delay_s)
-                self._schedule(delay, self._arrival(t, t.incarnation, data, src.local_phys))
+                if bug is not None:
+                    delay += bug.packet_delay(src, now)
+                self._schedule(delay, self._arrival(t, t.incarnation, data, src.local_phys), t)
 
     @staticmethod
     def _arrival(target: SimMember, incarnation: int, data: bytes, src: tuple):

@@ -12,6 +12,11 @@ def pytest_addoption(parser):
     parser.addoption("--sim-seeds", type=int, default=None,
                      help="simulator seeds per campaign test (default: the test's own)")
     parser.addoption("--sim-seed-base", type=int, default=0, help="first seed of a campaign")
+    parser.addoption("--sim-no-regressions", action="store_true",
+                     help="only the seed range, without the regression seeds (campaign runs)")
+    parser.addoption("--sim-buggify", choices=("test", "on", "off"), default="test",
+                     help="simulator perturbations (stack/sim_buggify.py): as each test asks "
+                          "(default), on for every simulation, or off (does a failure need them?)")
 
 
 def pytest_generate_tests(metafunc):
@@ -24,7 +29,7 @@ def pytest_generate_tests(metafunc):
             count = opt("sim_seeds") or (marker.args[0] if marker else 20)
             seeds = list(range(opt("sim_seed_base"), opt("sim_seed_base") + count))
             regressions = metafunc.definition.get_closest_marker("regressions")
-            if regressions is not None:
+            if regressions is not None and not opt("sim_no_regressions"):
                 seeds += [s for s in regressions.args if s not in seeds]
         metafunc.parametrize("sim_seed", list(seeds), ids=lambda s: f"seed{s}")
 
@@ -35,8 +40,12 @@ def pytest_report_header(config):
 
 
 def pytest_configure(config):
+    from raygroups.stack.sim import Simulation
+    Simulation.force_buggify = {"test": None, "on": True, "off": False}[
+        config.getoption("sim_buggify")]
     config.addinivalue_line("markers", "seeds(n): default number of simulator seeds")
     config.addinivalue_line("markers", "regressions(*seeds): seeds that once failed, always run")
+    config.addinivalue_line("markers", "scale: figures at scale; campaigns leave them out")
     config.addinivalue_line("markers", "root: needs root (network namespaces, nftables)")
 
 

@@ -51,7 +51,8 @@ class History:
         m.send(m.address.uid + k.to_bytes(4, "big") + stream[16:], ordered=ordered)
 
     def fail(self, text: str) -> None:
-        raise AssertionError(f"{text}; reproduce with --sim-seed={self.sim.seed}")
+        bug = f" ({self.sim.buggify.describe()})" if self.sim.buggify is not None else ""
+        raise AssertionError(f"{text}; reproduce with --sim-seed={self.sim.seed}{bug}")
 
     def check_views(self) -> None:
         seen = {}
