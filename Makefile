@@ -8,9 +8,18 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install -q -e '.[test,fast]'
 	touch $@
 
-.PHONY: demo test
+SEEDS ?= 1000
+JOBS ?= 2
+BUGGIFY ?= test
+
+.PHONY: demo test campaign
 demo: $(VENV)/.installed
 	$(PY) -m raygroups.integration.demo
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+# Simulator campaigns over fresh seeds: make campaign SEEDS=1000 BASE=<never run> [TESTS=...]
+campaign: $(VENV)/.installed
+	@test -n "$(BASE)" || { echo "make campaign needs BASE=<first seed, one never run before>"; exit 2; }
+	$(PY) -m tests.campaign --seeds $(SEEDS) --base $(BASE) --jobs $(JOBS) --buggify $(BUGGIFY) $(TESTS)

@@ -35,7 +35,7 @@ def settle(sim, members, what, quiet_s=3.0, timeout_s=60.0):
 @pytest.mark.seeds(3)
 def test_views_beyond_one_datagram_form_flush_and_merge(sim_seed):
     sim = Simulation(sim_seed, SimOptions(loss=0.03, duplicate=0.02, reorder=0.05,
-                                          delay_s=(0.0005, 0.003)))
+                                          delay_s=(0.0005, 0.003)), buggify=True)
     rng = sim.rng
     cfg = StackConfig.local(transport__max_bundle_size=BUNDLE)
     h = History(sim)
@@ -84,7 +84,7 @@ def test_relayed_state_exchange_and_coordinator_stable_keep_seed_002(sim_seed):
     a primary (seed 002, as test_consistency_sim checks the all-to-all exchange)."""
     from .test_consistency_sim import N, start, traffic
     sim = Simulation(sim_seed, SimOptions(loss=0.05, duplicate=0.02, reorder=0.05,
-                                          delay_s=(0.0005, 0.003)))
+                                          delay_s=(0.0005, 0.003)), buggify=True)
     rng = sim.rng
     cfg = StackConfig.local(primary__expected_size=N, primary__relay_above=0,
                             stable__coord_only_above=0)
@@ -112,6 +112,7 @@ def test_relayed_state_exchange_and_coordinator_stable_keep_seed_002(sim_seed):
     assert all(m.stack.layer("stable").stats["stability_received"] > 0 for m in live)
 
 
+@pytest.mark.scale
 @pytest.mark.seeds(1)
 def test_views_mode_traffic_per_member_and_round_does_not_grow_with_n(sim_seed):
     """Views mode at 30 members (below the 32-member thresholds: all-to-all STABLE) and at

@@ -6,6 +6,8 @@ import pytest
 
 from raygroups.stack.sim_scale import rumor_bound, simulate
 
+pytestmark = pytest.mark.scale  # figures, not schedules: campaigns leave them out
+
 TRAFFIC = ("steady_sent_per_member_round", "steady_received_per_member_round",
            "rumor_sent_per_member_round", "rumor_received_per_member_round")
 
