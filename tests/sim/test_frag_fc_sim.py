@@ -86,7 +86,7 @@ class Traffic:
 
 @pytest.mark.seeds(50)
 def test_large_messages_are_reassembled_exactly_once_in_fifo_order(sim_seed):
-    sim = Simulation(sim_seed, LOSSY)
+    sim = Simulation(sim_seed, LOSSY, buggify=True)
     rng = sim.rng
     cfg = StackConfig.local(flow_control__max_credits=1024 * K)
     ms = [sim.add_member("frag", n, cfg) for n in "ABC"]
@@ -119,7 +119,7 @@ def test_large_messages_are_reassembled_exactly_once_in_fifo_order(sim_seed):
 
 @pytest.mark.seeds(50)
 def test_flow_control_never_loses_or_duplicates_while_applications_stall(sim_seed):
-    sim = Simulation(sim_seed, LOSSY)
+    sim = Simulation(sim_seed, LOSSY, buggify=True)
     rng = sim.rng
     credits = 64 * K
     cfg = StackConfig.local(flow_control__max_credits=credits, flow_control__max_block_s=0.1)
@@ -157,7 +157,7 @@ def test_flow_control_never_loses_or_duplicates_while_applications_stall(sim_see
 
 @pytest.mark.seeds(10)
 def test_a_stalled_receiver_that_crashes_does_not_block_the_others(sim_seed):
-    sim = Simulation(sim_seed, LOSSY)
+    sim = Simulation(sim_seed, LOSSY, buggify=True)
     cfg = StackConfig.local(flow_control__max_credits=32 * K)
     ms = [sim.add_member("fc", n, cfg) for n in "ABC"]
     sim.run_until(lambda: agreed(ms), 30, "3 members agree")
@@ -184,7 +184,7 @@ def test_flow_control_across_joins_and_leaves(sim_seed):
     """Members join and leave while senders run on small credits and applications stall: no
     sender stays blocked, the members that stay get everything once, in order; a joiner gets
     a gap-free suffix of each sender's stream."""
-    sim = Simulation(sim_seed, LOSSY)
+    sim = Simulation(sim_seed, LOSSY, buggify=True)
     rng = sim.rng
     cfg = StackConfig.local(flow_control__max_credits=48 * K, flow_control__max_block_s=0.1)
     ms = [sim.add_member("fcv", n, cfg) for n in "ABCE"]

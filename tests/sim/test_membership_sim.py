@@ -18,7 +18,7 @@ def agreed(members):
 
 @pytest.mark.seeds(200)
 def test_joins_traffic_and_leaves(sim_seed):
-    sim = Simulation(sim_seed, LOSSY)
+    sim = Simulation(sim_seed, LOSSY, buggify=True)
     rng = sim.rng
     h = History(sim)
     founder = sim.add_member("orders", "A")
@@ -56,7 +56,7 @@ def test_simultaneous_leaves_with_traffic(sim_seed):
     """Several members (maybe the coordinator, maybe everyone) leave at the same moment
     while all send: each leave completes (none waits for its timeout), and the members that
     stay agree and delivered everything, the leavers' last messages included."""
-    sim = Simulation(sim_seed, LOSSY)
+    sim = Simulation(sim_seed, LOSSY, buggify=True)
     rng = sim.rng
     h = History(sim)
     members = [sim.add_member("orders", "A")]
