@@ -255,13 +255,8 @@ class Primary(Layer):
         quorate, pid = False, 0
         if states:
             top = max(states.values(), key=lambda s: s[0])
-            max_pid, last = top[0], top[1]
-            if max_pid == 0:
-                quorate = 2 * len(view) > self.config.expected_size
-            else:
-                last_set = set(last)
-                present = sum(1 for m in view.members if m.uid in last_set)
-                quorate = 2 * present > len(last_set)
+            max_pid = top[0]
+            quorate = self._quorate(view, max_pid, top[1])
             # max + 1 (seed 002), but never below the view's own counter: a member whose
             # round for an earlier view was interrupted may not know that view became
             # primary elsewhere, and view counters only grow along a primary lineage
@@ -277,6 +272,14 @@ class Primary(Layer):
         else:
             self.stats["non_primary_views"] += 1
         self._deliver(r["change"], quorate, pid)
+
+    def _quorate(self, view, max_pid: int, last: list) -> bool:
+        """A majority of the last primary view's members (``last``, UUIDs) is in ``view``;
+        before any primary existed (``max_pid`` 0), a majority of ``expected_size``."""
+        if max_pid == 0:
+            return 2 * len(view) > self.config.expected_size
+        last_set = set(last)
+        return 2 * sum(1 for m in view.members if m.uid in last_set) > len(last_set)
 
     def _deliver(self, change: ViewChange, primary: bool, pid: int) -> None:
         """The view goes up with its verdict, then what arrived during its round."""

@@ -106,19 +106,37 @@ class History:
     def check_primary(self) -> None:
         """At most one primary component per primary view-id; view-id 0 outside one; no
         message was sent outside a primary component."""
-        by_pid = {}
+        self.check_one_primary_per_id()
         for m in self.sim.members:
             for v in m.views:
-                if not v.primary:
-                    if v.primary_id != 0:
-                        self.fail(f"{m.name}: non-primary {v.view_id} has primary id {v.primary_id}")
-                    continue
-                other = by_pid.setdefault(v.primary_id, (m.name, _vid(v)))
-                if other[1] != _vid(v):
-                    self.fail(f"primary id {v.primary_id} given to two views: {other[1]} "
-                              f"at {other[0]} and {_vid(v)} at {m.name}")
+                if not v.primary and v.primary_id != 0:
+                    self.fail(f"{m.name}: non-primary {v.view_id} has primary id {v.primary_id}")
         if not all(self.primary_at_send):
             self.fail("a message was sent outside a primary component")
+
+    def check_one_primary_per_id(self) -> None:
+        """MySQL Group Replication's rule: a primary id names one primary component. Every
+        view any member installed as primary with id P has the same view id and the same
+        members (merged views included), and each member incarnation's primary ids only
+        grow, so no id is given again to a later component."""
+        by_pid = {}
+        for m in self.sim.members:
+            last = {}  # incarnation uid -> its last primary id
+            for v in m.views:
+                if not v.primary:
+                    continue
+                members = frozenset(a.uid for a in v.members)
+                other = by_pid.setdefault(v.primary_id, (m.name, _vid(v), members))
+                if other[1:] != (_vid(v), members):
+                    self.fail(f"primary id {v.primary_id} given to two components: view "
+                              f"{other[1][1]} of {len(other[2])} at {other[0]} and view "
+                              f"{v.view_id.id} of {len(members)} at {m.name}")
+                me = next((u for u in m.uids if u in members), None)
+                if me is not None:
+                    if v.primary_id <= last.get(me, 0):
+                        self.fail(f"{m.name}'s primary id went from {last[me]} to "
+                                  f"{v.primary_id}")
+                    last[me] = v.primary_id
 
     def check_fifo(self, gaps: bool = False) -> None:
         """Per sender in order without duplicates; ``gaps`` allows the holes a partition

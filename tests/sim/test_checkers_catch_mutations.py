@@ -1,0 +1,153 @@
+"""The campaigns' checkers can fail: each deliberate mutation of the protocol a checker
+guards makes that checker report a violation within a fixed set of seeds, while the same
+schedules pass every checker unmutated.
+
+The schedule is a campaign in small: 5 members join at once under loss, duplication and
+reordering, everyone sends (half of it in total order); with faults, a member sends a burst
+and crashes, and the rest split into two sides and heal. It never waits for liveness (a
+mutation may stall the group): the checkers run on whatever history the schedule made. The
+checks of delivery (FIFO without gaps, no loss) run on the schedule without faults, where
+every member stays and must deliver everything.
+"""
+import pytest
+
+from raygroups.stack import StackConfig
+from raygroups.stack.gms import Gms
+from raygroups.stack.message import ORDERED
+from raygroups.stack.nakack import NakAck
+from raygroups.stack.primary import Primary
+from raygroups.stack.sequencer import Sequencer
+from raygroups.stack.sim import Simulation, SimOptions
+
+from .history import History
+
+SEEDS = range(40)
+CFG = StackConfig.local(primary__expected_size=5)
+
+
+def schedule(seed: int, faults: bool) -> tuple:
+    sim = Simulation(seed, SimOptions(loss=0.05, duplicate=0.02, reorder=0.05,
+                                      delay_s=(0.0005, 0.003)))
+    rng = sim.rng
+    h = History(sim)
+    ms = [sim.add_member("g", f"m{i}", CFG) for i in range(5)]
+
+    def traffic(seconds: float, senders) -> None:
+        for _ in range(int(seconds / 0.02)):
+            for m in senders:
+                if rng.random() < 0.3:
+                    h.send(m, ordered=rng.random() < 0.5)
+            sim.run_for(0.02)
+
+    sim.run_for(2.0)
+    traffic(0.5, ms)
+    if not faults:
+        sim.run_for(5.0)
+        return h, ms
+    victim = rng.choice(ms)
+    for _ in range(20):  # a burst right before the crash: some of it reaches only some members
+        h.send(victim)
+    sim.run_for(rng.uniform(0.0, 0.004))
+    sim.crash(victim)
+    rest = [m for m in ms if m is not victim]
+    traffic(1.5, rest)
+    rng.shuffle(rest)
+    sim.partition(rest[:2], rest[2:])
+    traffic(2.0, rest)
+    sim.heal()
+    traffic(1.0, rest)
+    sim.run_for(5.0)
+    return h, rest
+
+
+CHECKS = {  # checker -> (with faults?, how it runs)
+    "views": (True, lambda h, ms: h.check_views()),
+    "virtual synchrony": (True, lambda h, ms: h.check_virtual_synchrony()),
+    "total order": (True, lambda h, ms: h.check_total_order()),
+    "one primary per id": (True, lambda h, ms: h.check_one_primary_per_id()),
+    "fifo": (False, lambda h, ms: h.check_fifo()),
+    "no loss": (False, lambda h, ms: h.check_no_loss(ms)),
+    "errors": (True, lambda h, ms: h.check_errors()),
+}
+
+
+def first_violation(check: str, text: str):
+    """The first seed whose schedule makes ``check`` fail with ``text``, and its message."""
+    faults, run = CHECKS[check]
+    for seed in SEEDS:
+        h, ms = schedule(seed, faults)
+        try:
+            run(h, ms)
+        except AssertionError as e:
+            assert text in str(e), f"{check} failed otherwise: {e}"
+            return seed, str(e)
+    return None
+
+
+def test_unmutated_schedules_pass_every_checker():
+    for seed in SEEDS[:20]:
+        for faults in (True, False):
+            h, ms = schedule(seed, faults)
+            for with_faults, run in CHECKS.values():
+                if with_faults == faults:
+                    run(h, ms)
+
+
+def _no_increment(self):
+    return self.highest_counter
+
+
+def _catchup_at_once(down_event):
+    def patched(self, ev):
+        if type(ev).__name__ == "Catchup":
+            ev.callback()  # the flush does not fetch up to the cut
+            return None
+        return down_event(self, ev)
+    return patched
+
+
+def _unordered(down):
+    def patched(self, msg):
+        if msg.flags & ORDERED and msg.dest is None:
+            self.below.down(msg)  # straight to NAKACK: no sequencer
+            return
+        down(self, msg)
+    return patched
+
+
+def _drain_out_of_order(self, w, out):
+    for seq in sorted(w.pending):  # whatever waits behind a gap, at once
+        out.append(w.pending.pop(seq))
+
+
+def _raise_on_view_ack(handle):
+    def patched(self, sender, h):
+        if h[0] == 4:  # VIEW_ACK
+            raise RuntimeError("mutation")
+        handle(self, sender, h)
+    return patched
+
+
+MUTATIONS = [
+    # (checker, what it reports, the mutation of the protocol it guards)
+    ("views", "disagrees", lambda mp: mp.setattr(Gms, "next_counter", _no_increment)),
+    ("virtual synchrony", "having delivered different messages",
+     lambda mp: mp.setattr(NakAck, "down_event", _catchup_at_once(NakAck.down_event))),
+    ("total order", "in different orders",
+     lambda mp: mp.setattr(Sequencer, "down", _unordered(Sequencer.down))),
+    ("one primary per id", "given to two components",
+     lambda mp: mp.setattr(Primary, "_quorate", lambda self, view, pid, last: True)),
+    ("fifo", "then", lambda mp: mp.setattr(NakAck, "_drain", _drain_out_of_order)),
+    ("no loss", "never delivered",
+     lambda mp: mp.setattr(NakAck, "_check_gaps", lambda self: None)),
+    ("errors", "internal errors",
+     lambda mp: mp.setattr(Gms, "_handle", _raise_on_view_ack(Gms._handle))),
+]
+
+
+@pytest.mark.parametrize("check,text,mutate", MUTATIONS, ids=[m[0] for m in MUTATIONS])
+def test_a_mutation_of_the_protocol_fails_its_checker(monkeypatch, check, text, mutate):
+    mutate(monkeypatch)
+    found = first_violation(check, text)
+    assert found is not None, f"the {check} checker missed its mutation on seeds {SEEDS}"
+    print(f"{check}: seed {found[0]}: {found[1][:200]}")
