@@ -652,11 +652,11 @@ class Gms(Layer):
             return
         if ev.sender == self.ctx.local:
             return
-        if ev.is_coord or (ev.sender in v and theirs < v.view_id):
-            # another coordinator (a partition), or a member of our view stuck in an older
-            # view (overlapping views): only a merge reunites them. (A member of our view
-            # in a NEWER view means we are the stale one: it will tell us.)
-            self.merger.candidate(ev.sender, ev.is_coord)
+        if ev.is_coord:
+            # another coordinator (a partition): only a merge reunites us. (A member of our
+            # view that is stuck in another view is its coordinator's to merge, or forms a
+            # singleton when its own coordinator keeps announcing a newer view.)
+            self.merger.candidate(ev.sender)
         elif ev.coord in v and theirs < v.view_id:
             # it still thinks it belongs to our view: tell it it was excluded
             self._send(ev.sender, [NOT_MEMBER, v.view_id.coord.uid, v.view_id.id,

@@ -1,11 +1,16 @@
 """The merge part of GMS (seed 003, MERGE2 semantics; JGroups' Merger).
 
 The merge leader is the lowest address among the coordinators that heard of each other,
-so no election round is needed. Members of the leader's view that are stuck in another view
-(overlapping views after a partial partition) take part like coordinators: each answers for
-the view it has and multicasts the result to it. It sends MERGE_REQ with a merge id to the other
-coordinators; each answers with its view, digest and members' addresses, or rejects when
-already merging. A timer cancels a merge whose leader went silent. The leader combines the
+so no election round is needed. It sends MERGE_REQ with a merge id to the other
+coordinators; each flushes its whole view (virtual synchrony across the merge) and answers
+with its view, digest and members' addresses, or rejects when already merging, or when it
+no longer coordinates a view (a stale sighting: it moved into another one). Only a view's
+coordinator speaks for it, since only it can stop every member of it: a member that flushed
+itself alone and then multicast the MergeView to its view moved members that never stopped
+sending, and they delivered their last messages in the old view while the others did in the
+new one. A member stuck in another view is left to that view's coordinator, or forms a
+singleton when its own coordinator keeps announcing a newer view (gms.py), and merges as
+the singleton's coordinator. A timer cancels a merge whose leader went silent. The leader combines the
 views (subgroups in coordinator order, so it stays coordinator), takes the maximum of
 overlapping digests, and sends INSTALL_MERGE to every participating coordinator, which
 multicasts the MergeView to its subgroup; former coordinators become participants.
@@ -45,12 +50,9 @@ class Merger:
     def busy(self) -> bool:
         return self.merge_id is not None
 
-    def candidate(self, addr, is_coord: bool) -> None:
-        """``addr`` announced a view other than ours (as its coordinator, or as a member of
-        our view that is stuck in another one)."""
-        seen = self.sightings.setdefault(addr, [0, False])
-        seen[0] += 1
-        seen[1] = seen[1] or is_coord
+    def candidate(self, addr) -> None:
+        """``addr`` announced, as its coordinator, a view other than ours."""
+        self.sightings[addr] = self.sightings.get(addr, 0) + 1
 
     def installed(self, view: View) -> None:
         self.sightings = {}  # what we heard belonged to the view we had
@@ -62,7 +64,7 @@ class Merger:
         """Periodic: start a merge if we lead one (MERGE3's check)."""
         g = self.gms
         seen, self.sightings = self.sightings, {}
-        others = sorted(a for a, (n, _) in seen.items()
+        others = sorted(a for a, n in seen.items()
                         if n >= MIN_SIGHTINGS and a not in self.incompatible)
         if not others or self.busy or not g.is_coord or g.busy or g.state.value != "member":
             return
@@ -70,7 +72,7 @@ class Merger:
             g._schedule_view()  # exclude the dead first; merge on a later check
             return
         local = g.ctx.local
-        if any(seen[a][1] and a < local for a in others):
+        if any(a < local for a in others):
             return  # the lowest coordinator leads
         self.counter += 1
         self.merge_id = [local.uid, self.counter]
@@ -91,10 +93,7 @@ class Merger:
         """Stop our subgroup and agree on its cut (virtual synchrony across the merge);
         ``then(state)`` gets [view, cut digest, addresses]."""
         g = self.gms
-        # a member answering for itself only (stuck in a view it does not coordinate)
-        # flushes itself: the others of that view are not its to stop
-        members = [m for m in g.view.members if m not in g.suspects] if g.is_coord \
-            else [g.ctx.local]
+        members = [m for m in g.view.members if m not in g.suspects]
 
         def done(views, digests, final) -> None:
             self.cut = final
@@ -163,7 +162,8 @@ class Merger:
             self._incompatible(sender, diffs)
             g._send(sender, [MERGE_RSP, merge_id, False, diffs])
             return
-        if self.busy or g.busy or g.state.value != "member" or g.view is None:
+        if self.busy or g.busy or g.state.value != "member" or g.view is None \
+                or not g.is_coord:
             g._send(sender, [MERGE_RSP, merge_id, False, None])
             return
         self.merge_id = merge_id

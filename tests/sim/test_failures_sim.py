@@ -41,6 +41,7 @@ def traffic(sim, h, members, seconds, rate=0.3):
 
 
 @pytest.mark.seeds(200)
+@pytest.mark.regressions(800024, 800247)  # a member that did not coordinate its view answered a merge
 def test_crashes_partitions_heals(sim_seed):
     sim = Simulation(sim_seed)
     rng = sim.rng

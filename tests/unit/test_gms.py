@@ -711,14 +711,24 @@ def test_the_coordinator_tells_a_stale_former_member_it_was_excluded():
     assert len(sent(s, NOT_MEMBER)) == 1 and s.gms.merger.sightings == {}
 
 
-def test_the_coordinator_notes_other_coordinators_and_stuck_members_as_merge_candidates():
+def test_the_coordinator_notes_only_other_coordinators_as_merge_candidates():
     s = coordinator()
     x = s.addr("X")
     s.gms.up_event(MergeInfo(x, x, 9, True))
     s.gms.up_event(MergeInfo(s.b, s.local, 1, False))  # B, of our view, stuck in an older one
     s.gms.up_event(MergeInfo(s.c, x, 9, False))  # C in a newer view: we are the stale one
     s.gms.up_event(MergeInfo(s.local, s.local, 9, True))  # our own INFO
-    assert s.gms.merger.sightings == {x: [1, True], s.b: [1, False]}
+    assert s.gms.merger.sightings == {x: 1}
+
+
+def test_a_member_that_does_not_coordinate_its_view_refuses_a_merge_and_keeps_sending():
+    """Only a view's coordinator can stop all of it: a member that answered for its view
+    after flushing itself alone moved members into the MergeView that never stopped."""
+    s = member()
+    x = s.addr("X")
+    s.up(Message(s.local, b"", INTERNAL, {5: [MERGE_REQ, [x.uid, 1], {}]}, x))
+    [rsp] = sent(s, MERGE_RSP, x)
+    assert hdr(rsp)[2] is False and not sent(s, START_FLUSH) and not s.gms.flush.blocked
 
 
 def test_internal_messages_without_a_gms_header_pass_up_in_order_around_a_view():
