@@ -13,7 +13,7 @@ OTHER = dict(primary__relay_above=64, gms__agreed={"app.schema": 2})
 
 
 def lossy(seed):
-    return Simulation(seed, SimOptions(loss=0.05, duplicate=0.05, reorder=0.1), buggify=True)
+    return Simulation(seed, SimOptions(loss=0.05, duplicate=0.05, reorder=0.1))
 
 
 def formed(sim, names, cfg):
