@@ -653,11 +653,12 @@ class Gms(Layer):
         if ev.sender == self.ctx.local:
             return
         if ev.is_coord:
-            # another coordinator (a partition): only a merge reunites us. (A member of our
-            # view that is stuck in another view is its coordinator's to merge, or forms a
-            # singleton when its own coordinator keeps announcing a newer view.)
+            # another coordinator (a partition): only a merge reunites us. (A plain member
+            # of our view in another view has not installed ours yet, and NAKACK brings it,
+            # or it is stuck in another coordinator's view: that coordinator merges it, or
+            # it forms a singleton once its coordinator keeps announcing a newer view.)
             self.merger.candidate(ev.sender)
-        elif ev.coord in v and theirs < v.view_id:
+        elif ev.sender not in v and ev.coord in v and theirs < v.view_id:
             # it still thinks it belongs to our view: tell it it was excluded
             self._send(ev.sender, [NOT_MEMBER, v.view_id.coord.uid, v.view_id.id,
                                    ev.coord.uid, ev.counter])

@@ -719,6 +719,7 @@ def test_the_coordinator_notes_only_other_coordinators_as_merge_candidates():
     s.gms.up_event(MergeInfo(s.c, x, 9, False))  # C in a newer view: we are the stale one
     s.gms.up_event(MergeInfo(s.local, s.local, 9, True))  # our own INFO
     assert s.gms.merger.sightings == {x: 1}
+    assert sent(s, NOT_MEMBER) == []  # B is ours, only late: NAKACK brings it our VIEW
 
 
 def test_a_member_that_does_not_coordinate_its_view_refuses_a_merge_and_keeps_sending():
