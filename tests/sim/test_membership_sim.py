@@ -17,6 +17,7 @@ def agreed(members):
 
 
 @pytest.mark.seeds(200)
+@pytest.mark.regressions(7200031)  # a late member was told it was not one
 def test_joins_traffic_and_leaves(sim_seed):
     sim = Simulation(sim_seed, LOSSY, buggify=True)
     rng = sim.rng
