@@ -7,7 +7,12 @@ original sender. The forwarder keeps each message until it sees it come back, an
 what is still outstanding to the next coordinator after a view change; duplicates (the old
 coordinator did multicast it after all) are dropped by the per-sender sequence number. With
 FLUSH at every view change, the old coordinator's multicasts are delivered everywhere before
-the new view, so the order agrees with view changes.
+the new view, so the order agrees with view changes. While a flush has stopped sending, the
+coordinator orders nothing: what it ordered then would be held by the flush and go out in
+the next view, where another member may be the sequencer, and two sequencers' streams
+interleave differently at different members. Forwards that arrive meanwhile wait; the
+coordinator orders them at the next view if it is still the sequencer, or drops them (their
+senders forward them to the new one).
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ from typing import Any, Optional
 from .errors import RaygroupsError
 from .layer import MALFORMED, Layer
 from .message import CONTROL, INTERNAL, ORDERED, Message
+from .events import Writable
 from .primary import CollectExchange, ExchangeResult
 from .view import View, ViewChange
 
@@ -51,6 +57,7 @@ class Sequencer(Layer):
         self.early: dict = {}                        # coordinator: origin -> {seq: msg}
         self.primary_before = False
         self.mark = 0                                # highest seq at the last resend tick
+        self.flushing = False                        # a flush stopped sending: order nothing
 
     @property
     def coordinator(self):
@@ -105,7 +112,7 @@ class Sequencer(Layer):
         upto = max(self.ordered.get(origin, 0), self.delivered.get(origin, 0))
         if seq <= upto:
             return
-        if not (self.view is not None and self.view.primary):
+        if not (self.view is not None and self.view.primary) or self.flushing:
             if len(self.waiting) < self.config.max_outstanding:
                 self.waiting.append((origin, seq, msg))
             else:
@@ -161,7 +168,11 @@ class Sequencer(Layer):
 
     def up_event(self, ev: Any) -> Any:
         t = type(ev)
-        if t is CollectExchange:
+        if t is Writable and ev.layer == "flush":
+            # what waits is ordered at the next view, or forwarded again by its sender
+            # meanwhile (a flush that ended without a view change)
+            self.flushing = not ev.writable
+        elif t is CollectExchange:
             # what we delivered per sender, so that a message ordered in a component we
             # were partly in is never ordered a second time (after a merge)
             ev.data["sequencer"] = [[a.uid, s] for a, s in self.delivered.items()]
@@ -185,10 +196,12 @@ class Sequencer(Layer):
             members = set(ev.view.members)
             if len(self.delivered) > 4 * len(members) + 1024:  # bound it; keep members
                 self.delivered = {a: s for a, s in self.delivered.items() if a in members}
-            waiting, self.waiting = self.waiting, []
             if self.coordinator != old:  # a new sequencer starts from what was delivered
                 self.ordered, self.early = {}, {}
-            if self.coordinator == self.ctx.local:
+            if self.coordinator != self.ctx.local:
+                self.waiting = []  # the new sequencer gets them from their senders
+            elif not self.flushing:  # (else a newer flush runs: they wait for its view)
+                waiting, self.waiting = self.waiting, []
                 for item in waiting:
                     self._order(*item)
             if ev.view.primary and self.ctx.local in members and \

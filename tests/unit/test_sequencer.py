@@ -306,3 +306,28 @@ def test_an_ordered_send_refused_with_not_primary_is_never_delivered_later():
     exchange(v2)
     s.advance(5.0)
     assert [m.payload for m in s.below.sent if 10 in m.headers] == []
+
+
+# -- flushes --------------------------------------------------------------------------------
+def test_the_coordinator_orders_nothing_while_a_flush_stops_sending():
+    """What it ordered then would be held by the flush and go out in the next view, whose
+    sequencer may be another member: two interleaved streams, not one order."""
+    from raygroups.stack.events import Writable
+    s = make(coord=True)
+    s.up_event(Writable("flush", False))
+    s.up(forward(s, s.b, 1))
+    assert s.below.take() == []
+    s.up_event(Writable("flush", True))  # (the new view comes after its primary round)
+    assert s.below.take() == []
+    install(s, 4, (s.local, s.b, s.c))  # still the sequencer: ordered in the new view
+    assert hdrs(s.below.take()) == [[ORDERED_MSG, s.b.uid, 1]]
+
+
+def test_forwards_that_waited_for_a_flush_are_dropped_by_a_former_sequencer():
+    from raygroups.stack.events import Writable
+    s = make(coord=True)
+    s.up_event(Writable("flush", False))
+    s.up(forward(s, s.b, 1))
+    install(s, 4, (s.b, s.local, s.c))  # B is the sequencer now: B's forward goes to B
+    s.up_event(Writable("flush", True))
+    assert [m for m in s.below.take() if m.headers.get(10, [None])[0] == ORDERED_MSG] == []
