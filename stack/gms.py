@@ -302,6 +302,13 @@ class Gms(Layer):
         prev = self.view
         if prev is not None and view.view_id <= prev.view_id:
             return
+        if isinstance(view, MergeView) and prev is not None \
+                and all(sg.view_id != prev.view_id for sg in view.subgroups):
+            # a coordinator multicasts its MergeView to its own subgroup, and NAKACK delivers
+            # it to whoever keeps a window for that coordinator: a member of another view
+            # that still lists it (overlapping views) was not flushed for this merge
+            self.stats["merge_views_ignored"] += 1
+            return
         local = self.ctx.local
         if digest is not None:
             self.below.down_event(SetDigest(digest))

@@ -732,6 +732,24 @@ def test_a_member_that_does_not_coordinate_its_view_refuses_a_merge_and_keeps_se
     assert hdr(rsp)[2] is False and not sent(s, START_FLUSH) and not s.gms.flush.blocked
 
 
+def test_a_merge_view_for_another_subgroup_is_not_installed():
+    """C, still listed in our view, coordinates a view of its own (overlapping views) and
+    multicasts its MergeView to that subgroup; NAKACK hands it to us too, but our view was
+    not flushed for that merge."""
+    s = member()
+    x = s.addr("X")
+    subgroups = [View(ViewId(s.c, 6), (s.c,)), View(ViewId(x, 4), (x,))]
+    merged = View(ViewId(s.c, 7), (s.c, x))
+    s.up(Message(None, b"", INTERNAL, {5: [VIEW, view_to_wire(merged), [], None,
+                                           [[view_to_wire(v) for v in subgroups], []]]}, s.c))
+    assert views(s)[-1].view_id == ViewId(s.a, 5) and s.gms.stats["merge_views_ignored"] == 1
+    ours = [View(ViewId(s.a, 5), (s.a, s.local, s.c)), View(ViewId(x, 4), (x,))]
+    merged = View(ViewId(s.a, 8), (s.a, s.local, s.c, x))
+    s.up(Message(None, b"", INTERNAL, {5: [VIEW, view_to_wire(merged), [], None,
+                                           [[view_to_wire(v) for v in ours], []]]}, s.a))
+    assert views(s)[-1].view_id == ViewId(s.a, 8)  # our coordinator's merge: installed
+
+
 def test_internal_messages_without_a_gms_header_pass_up_in_order_around_a_view():
     s = member()
     before = Message(None, b"before", INTERNAL, {}, s.a)
