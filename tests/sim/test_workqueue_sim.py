@@ -104,6 +104,7 @@ class Workload:
 
 
 @pytest.mark.seeds(100)
+@pytest.mark.regressions(700108)  # a member that did not coordinate its view answered a merge
 def test_work_queue_history(sim_seed):
     sim = Simulation(sim_seed, SimOptions(loss=0.03, duplicate=0.01, reorder=0.03,
                                           delay_s=(0.0005, 0.003)))
