@@ -749,8 +749,10 @@ class StoreDiscovery(Layer):
             return
         if rec.coord == self.ctx.local:
             return
-        if rec.coord in v:
-            # its coordinator is a member of our view now: the file is obsolete
+        if rec.coord in v and rec.counter < v.view_id.id:
+            # its coordinator joined our view after writing it: the file is obsolete. (A
+            # file of a view newer than ours is not: our view is the stale one, its
+            # coordinator left it and leads a partition of its own.)
             rec.deleting = True
             self._delete(rec.name, "merged")
             return

@@ -181,6 +181,7 @@ def test_partition_two_files_then_merge_to_one(sim_seed):
 
 
 @pytest.mark.seeds(40)
+@pytest.mark.regressions(900021)  # a live coordinator's file deleted from a stale view
 def test_joiner_that_finds_several_files_joins_one_of_their_coordinators(sim_seed):
     sim = sim_for(sim_seed)
     cfg = config(store__stale_after_s=60.0)

@@ -178,6 +178,21 @@ def test_rendezvous_reports_other_coordinators_and_removes_stale_files():
     assert s.layer.stats["files_deleted_stale"] == 2
 
 
+def test_a_file_of_a_member_of_our_view_is_obsolete_only_when_older_than_our_view():
+    """X's file from before it joined our view is obsolete; Y's file of a view newer than
+    ours is not: our view is stale (Y left it and leads a partition of its own)."""
+    s = make()
+    me, x, y = s.local, s.addr("X"), s.addr("Y")
+    install(s, me, x, y, counter=7)
+    s.advance(0.01)
+    put_file(s, x, [x], counter=4)
+    put_file(s, y, [y], counter=8)
+    s.advance(1.1)  # a rendezvous: list, read both files
+    files = s.store.list(C)
+    assert file_name(x.uid) not in files and file_name(y.uid) in files
+    assert s.layer.stats["files_deleted_merged"] == 1
+
+
 def test_bootstrap_member_joins_without_store_calls_or_probes():
     first = Address((1).to_bytes(16, "big"), "A")
     s = make()
