@@ -9,7 +9,8 @@
     views CLUSTER      the view history; --follow: then every new view as it is installed
     probe CLUSTER      every member's state and attributes (like JGroups' probe), or --json
     list               the groups that have member actors
-    bootstrap generate CLUSTER   a bootstrap members file for the live Ray nodes (seed 000)
+    bootstrap generate CLUSTER   a bootstrap members file for the live Ray nodes (JGroups
+                                 cloud-store discovery)
     simulate           run a config in the simulator at N members: detection and convergence
 
 Ray: ``--address`` (default: $RAY_ADDRESS, else "auto", the cluster started on this machine).
@@ -336,7 +337,7 @@ def parser() -> argparse.ArgumentParser:
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(fn=cmd_list)
 
-    bs = sub.add_parser("bootstrap", help="bootstrap files (seed 000)")
+    bs = sub.add_parser("bootstrap", help="bootstrap files (JGroups cloud-store discovery)")
     bsub = bs.add_subparsers(dest="bootstrap_command", required=True)
     gen = bsub.add_parser("generate", help="a bootstrap file for the live Ray nodes")
     gen.add_argument("cluster")

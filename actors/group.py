@@ -551,7 +551,7 @@ class Group:
         return await self._acall("receive", max_messages, timeout, member=member,
                                  timeout=timeout + CALL_TIMEOUT_S)
 
-    # -- work queues (issue 7) ---------------------------------------------------------------
+    # -- work queues ---------------------------------------------------------------
     def queue(self, name: str, alternate: Optional[str] = None, member: Optional[str] = None,
               **limits: Any):
         """The replicated work queue ``name`` (created with its ``alternate`` if new): a

@@ -1,4 +1,4 @@
-"""The HTTP API of a member (seed 004's REST endpoints) and its status page.
+"""The HTTP API of a member (the gossip design's REST endpoints) and its status page.
 
 aiohttp, served from the member actor's own event loop, bound to the member's address
 (127.0.0.1 in local mode). JSON everywhere but ``/`` (the status page, ``status_page.py``).

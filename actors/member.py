@@ -105,7 +105,7 @@ class MemberActor(QueueMethods):
         self.state = "starting"
         self.error: Optional[str] = None
         self.channel: Optional[Channel] = None
-        self.queue_host = QueueHost(spec.name, spec.extra.get("workqueue"))  # issue 7
+        self.queue_host = QueueHost(spec.name, spec.extra.get("workqueue"))
         self.history: collections.deque = collections.deque(maxlen=spec.history)
         self.views_installed = 0
         self.inbox: collections.deque = collections.deque()
@@ -199,7 +199,7 @@ class MemberActor(QueueMethods):
             self._pump.cancel()
             self._pump = None
         ch = Channel(spec.cluster, spec.name, spec.config, **kw)
-        self.queue_host.attach(ch)  # the work queues ride on each new channel (issue 7)
+        self.queue_host.attach(ch)  # the work queues ride on each new channel
         await ch.connect(timeout=spec.join_timeout_s)
         self.channel = ch
         self.error = None

@@ -1,4 +1,4 @@
-"""The replicated work queue through Ray (issue 7): client handles and the member side.
+"""The replicated work queue through Ray: client handles and the member side.
 
 ```python
 from raygroups.actors import Group

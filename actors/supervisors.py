@@ -1,4 +1,4 @@
-"""Supervisor actors for store discovery and bootstrap files (seed 000).
+"""Supervisor actors for store discovery and bootstrap files (JGroups cloud-store discovery).
 
 ``DiscoverySupervisor``: one per Ray node (node affinity, ``num_cpus=0``), the only thing
 that calls the discovery store in a Ray deployment. Members on its node talk to it through

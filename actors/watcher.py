@@ -1,4 +1,4 @@
-"""Ray as a second failure signal (issue 6, item 2).
+"""Ray as a second failure signal.
 
 Each member actor runs a ``RaySignal``: it watches the ``watchers`` members that follow it in
 the view (a ring, so every member is watched by that many others and no member watches more)

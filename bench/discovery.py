@@ -1,4 +1,5 @@
-"""Store discovery costs: store calls per join and bytes per member (seed 000, JGRP-1841).
+"""Store discovery costs: store calls per join and bytes per member (JGroups cloud-store
+discovery, JGRP-1841).
 
 For N = 10, 100 and 1,000 members, in the simulator with the counting store (every call of
 every member counted by kind): a group of N-1 members started from a bootstrap file (seeded

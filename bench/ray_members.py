@@ -1,4 +1,4 @@
-"""Member actors on Ray (issue 6): launch time, view subscription latency, detection of
+"""Member actors on Ray: launch time, view subscription latency, detection of
 ``ray.kill`` with and without Ray as a second failure signal.
 
 On a local Ray cluster (one node, loopback; started here):

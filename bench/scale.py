@@ -11,7 +11,8 @@ Every figure comes from ``raygroups.stack.sim_scale.simulate`` (the same Stack o
 deterministic simulator; see its docstring for the phases) in simulated seconds, except the
 ``wall`` and memory columns. Per size and mode: one full run (formation, steady traffic,
 rumors, a crash, a join storm of 100) and ``--rumor-seeds`` more runs that only form the
-group and spread rumors, so that the share of rumors reaching every member within seed 004's
+group and spread rumors, so that the share of rumors reaching every member within the gossip
+design's
 log2(2N)+1 rounds rests on ``rumors x seeds`` trials (target: >= 99.9%; by default 1,000
 trials per size in gossip mode: 100 rumors x 10 seeds, 500 x 2 at 1,000 members; views
 mode: 100 x 3 at 100 members, 100 x 1 beyond).

@@ -1,4 +1,4 @@
-"""Spark pipelines following the group's views (issue 8): how soon a new view reaches
+"""Spark pipelines following the group's views: how soon a new view reaches
 (a) the driver-side ``ViewFeed`` and (b) code inside a Spark task.
 
 On a local Ray cluster (one node, loopback; started here) with RayDP Spark (two executors of

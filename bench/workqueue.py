@@ -1,5 +1,5 @@
 """Work queue throughput and latency, publish -> accept, with 3 members on loopback
-(issue 7), against RabbitMQ 3.10 quorum queues when ``rabbitmq-server`` is installed.
+against RabbitMQ 3.10 quorum queues when ``rabbitmq-server`` is installed.
 
 raygroups: each member is its own process (QueueChannel over UDP, static discovery); every
 member publishes and consumes. Throughput: N messages published (batches of ``--batch``,

@@ -1,4 +1,4 @@
-"""A Spark pipeline on RayDP that uses all of the integration (issue 8, scope 5; the README's
+"""A Spark pipeline on RayDP that uses all of the integration (the README's
 demo runs it):
 
 1. follow the group's views (``ViewFeed``) and wait for a stable view;

@@ -3,7 +3,8 @@
 A random UUID carries 96 random bits (its top 32 bits are zero): the chance that two of a
 million members ever share one is about 10^-17, and the members file of store discovery
 writes it in 16 base64url characters, which keeps a line with a short name and an IPv4
-endpoint near the seed's ~35 bytes (seed 000). The seeded UUIDs of a bootstrap file are small
+endpoint near the ~35 bytes of JGroups' cloud-store discovery design. The seeded UUIDs of a
+bootstrap file are small
 numbers (1, 2, 3, ...). UUIDs on the wire stay 16 bytes, so a member reads any 128-bit UUID
 (one written by hand into a members file, say).
 

@@ -1,4 +1,4 @@
-"""GMS: group membership with agreed views (seed 003).
+"""GMS: group membership with agreed views (the JGroups design notes).
 
 The oldest member not declared dead (``members[0]`` normally) is coordinator. Joiners
 discover it and send JOIN_REQ; leavers send LEAVE_REQ at once (the flush of the view change
@@ -122,7 +122,7 @@ class Gms(Layer):
         self.asked: Optional[Address] = None  # the coordinator our last JOIN_REQ went to
         self.suspects: set = set()
         # coordinator side
-        self.tmp: list[Address] = []          # pending membership (seed 003)
+        self.tmp: list[Address] = []          # pending membership (the JGroups design notes)
         self.joins: dict[Address, Any] = {}   # joiner -> physical address
         self.leaves: list[Address] = []
         self.scheduled = False

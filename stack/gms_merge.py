@@ -1,4 +1,4 @@
-"""The merge part of GMS (seed 003, MERGE2 semantics; JGroups' Merger).
+"""The merge part of GMS (the JGroups design notes, MERGE2 semantics; JGroups' Merger).
 
 The merge leader is the lowest address among the coordinators that heard of each other,
 so no election round is needed. It sends MERGE_REQ with a merge id to the other

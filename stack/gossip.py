@@ -1,10 +1,11 @@
-"""Gossip membership mode (seed 004, Serf-like): SWIM's own list is the membership.
+"""Gossip membership mode (the gossip design, Serf-like): SWIM's own list is the membership.
 
 Replaces GMS when ``membership="gossip"``. Each member's view is its own, eventually
 consistent list (sorted by address; ``members[0]`` is the nominal coordinator) with a local
 view counter, delivered as the same ViewChange events. Joining: discover any member and
 subscribe through it; nobody found after ``found_after_rounds`` rounds: start alone.
-Leaving: UNSUBSCRIBE until a member confirms, which spreads a REMOVE rumor (seed 004), so the
+Leaving: UNSUBSCRIBE until a member confirms, which spreads a REMOVE rumor (the gossip
+design), so the
 others drop the leaver at once rather than after failure detection; the Leave then goes on
 down (store discovery deletes the leaver's members file). Multicasts in this mode are best
 effort.

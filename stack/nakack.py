@@ -1,4 +1,4 @@
-"""NAKACK: reliable FIFO multicast (seed 003).
+"""NAKACK: reliable FIFO multicast (the JGroups design notes).
 
 Every multicast gets the sender's next seqno. Receivers deliver each sender's messages in
 seqno order, buffer what arrives early, and ask the sender to retransmit gaps (a NAK) once

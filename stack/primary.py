@@ -1,4 +1,4 @@
-"""PRIMARY: primary component through state exchange after every view (seed 002, MySQL
+"""PRIMARY: primary component through state exchange after every view (MySQL
 Group Replication WL#7332).
 
 After each installed view every member multicasts a STATE message with its last primary
@@ -59,7 +59,8 @@ class PrimaryConfig:
     """Extra attributes this member announces (merged with address, port, status)."""
     relay_above: int = field(default=32, metadata={"agreed": True})
     """Views with more members than this relay the state exchange through their first
-    member (O(N) messages per view change, one hop more); smaller ones exchange as seed 002
+    member (O(N) messages per view change, one hop more); smaller ones exchange as MySQL
+    Group Replication does
     says, every member multicasting its state (N^2 deliveries, no relay). 0: always relay.
     Must be the same on every member: a joiner with another value is refused
     (``JoinRejected``, see ``GmsConfig.agreed``)."""
@@ -89,7 +90,8 @@ class Primary(Layer):
 
     def _start_round(self, change: ViewChange) -> None:
         if self.round is not None:
-            # interrupted (seed 002: break the round, restart it for the new view); the
+            # interrupted (MySQL Group Replication: break the round, restart it for the new
+            # view); the
             # application still sees the interrupted view, as not primary, with what was
             # delivered in it, so virtual synchrony holds
             old, self.round = self.round, None
@@ -257,7 +259,8 @@ class Primary(Layer):
             top = max(states.values(), key=lambda s: s[0])
             max_pid = top[0]
             quorate = self._quorate(view, max_pid, top[1])
-            # max + 1 (seed 002), but never below the view's own counter: a member whose
+            # max + 1 (MySQL Group Replication), but never below the view's own counter: a
+            # member whose
             # round for an earlier view was interrupted may not know that view became
             # primary elsewhere, and view counters only grow along a primary lineage
             pid = max(max_pid + 1, view.view_id.id) if quorate else 0

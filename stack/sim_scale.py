@@ -1,5 +1,5 @@
 """Scale figures from the deterministic simulator: how gossip dissemination, per-member
-traffic, crash detection, a join storm and memory behave at N members (issue 9, seed 004).
+traffic, crash detection, a join storm and memory behave at N members (the gossip design's figures).
 
     from raygroups.stack.sim_scale import simulate
     simulate(1000, "gossip", seed=1)   # -> dict of figures, simulated seconds unless "wall"
@@ -19,7 +19,7 @@ probe interval, is 0.2 s):
 3. Rumors: ``rumors`` rumors, one started each round at a random member (an ALIVE about
    itself with a new incarnation, spread only by gossip: piggybacked on probes and acks and
    ``swim.gossip_fanout`` extra messages per round). For each: the rounds until every live
-   member had it, ``ceil(elapsed / probe interval)``, against seed 004's log2(2N)+1 bound;
+   member had it, ``ceil(elapsed / probe interval)``, against the gossip design's log2(2N)+1 bound;
    and the traffic per member per round while they spread.
 4. Crash: one member (not a seed) crashes; detection is when a survivor's list or view first
    excludes it (first, median, last survivor), convergence when all agree again.

@@ -1,4 +1,5 @@
-"""STABLE: agree on what every member has delivered, then let NAKACK purge (seed 003).
+"""STABLE: agree on what every member has delivered, then let NAKACK purge (the JGroups
+design notes).
 
 Each member multicasts its delivered digest every ``desired_avg_gossip_s`` (or after
 ``max_bytes`` delivered); in views larger than ``coord_only_above`` it sends it to the

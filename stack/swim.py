@@ -1,4 +1,4 @@
-"""SWIM: failure detection and gossip dissemination (seed 004, then Lifeguard).
+"""SWIM: failure detection and gossip dissemination (SWIM and the gossip design, then Lifeguard).
 
 Every probe interval a member pings the next member of a shuffled round-robin order. No ack
 within the probe timeout: it asks ``indirect_probes`` others to ping the target for it
@@ -9,7 +9,7 @@ timeout starts long and shrinks as independent confirmations arrive (scaled by l
 local-health score slows a member's own probing when it is the one missing acks.
 
 Rumors (ADD, SUSPECT, ALIVE, REMOVE) carry the rounds they still have to travel, starting at
-log2(2N)+1 (seed 004); every round each holder piggybacks them on its pings, acks and
+log2(2N)+1 (the gossip design); every round each holder piggybacks them on its pings, acks and
 ``gossip_fanout`` extra messages. Received rumors are kept in a bounded cache ordered by
 arrival; each ping offers a (start, end, count) summary of a time frame old enough that
 propagation has finished, and a peer that holds more rumors in that frame sends them back
@@ -61,7 +61,7 @@ class SwimConfig:
     max_piggyback: int = 16
     """Rumors carried per message."""
     rumor_cache: int = 10_000
-    """Received rumors kept for anti-entropy (seed 004 default)."""
+    """Received rumors kept for anti-entropy (the gossip design's default)."""
     sync_batch: int = 64
     """Rumors sent back in one anti-entropy answer."""
     max_health: int = 8

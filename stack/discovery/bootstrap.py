@@ -1,4 +1,5 @@
-"""Bootstrap files (seed 000): every member that will start, in start order.
+"""Bootstrap files (JGroups cloud-store discovery): every member that will start, in start
+order.
 
 A bootstrap file is a members file named after the first coordinator (``1.list``): line *k*
 gives the *k*-th member to start its logical name, port and seeded UUID (``1``, ``2``, ...).

@@ -1,4 +1,4 @@
-"""The members file of cloud-store discovery (seed 000, JGRP-1841), as text.
+"""The members file of JGroups' cloud-store discovery design (JGRP-1841), as text.
 
 One file per coordinator, ``<location>/<cluster>/<coordinator uuid>.list``, one line per member::
 

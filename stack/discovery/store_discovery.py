@@ -1,4 +1,4 @@
-"""Cloud-store discovery: one members file per coordinator (seed 000, JGRP-1841).
+"""Cloud-store discovery: one members file per coordinator (JGroups' design, JGRP-1841).
 
 Replaces PING when ``StackConfig.local(discovery="file:///dir")`` (or ``"s3://..."``,
 ``"ray-kv://"``) names a store. Sans-IO like every layer: it never touches a file or the

@@ -174,7 +174,7 @@ class Channel:
 
     def member_attributes(self) -> dict:
         """Every member's state-exchange attributes (address, port, status, primary_id,
-        joiner), the same answer on every member (seed 002 FR-1)."""
+        joiner), the same answer on every member (MySQL Group Replication's FR-1)."""
         self._check_open()
         return self.stack.member_attributes()
 

@@ -1,4 +1,4 @@
-"""The replicated work queue on a real Channel (asyncio), issue 7 / seed 001.
+"""The replicated work queue on a real Channel (asyncio) (the Qpid new-cluster design).
 
     ch = Channel("orders", config=StackConfig.local())
     queues = WorkQueues(ch)                      # before connect(); or QueueChannel(...)

@@ -1,4 +1,5 @@
-"""The replicated work queue (seed 001, issue 7): a sans-IO state machine driven by totally
+"""The replicated work queue (the Qpid new-cluster design): a sans-IO state machine driven by
+totally
 ordered, virtually synchronous delivery, so every member holds the same queues.
 
 - ``state.QueueState``: the replicated state and its commands (create, enqueue, acquire,

@@ -16,7 +16,7 @@ import msgpack
 MAGIC = b"\xa7WQ"
 BATCH, HELLO, APPLIED, SNAP = 0, 1, 2, 3
 
-# commands (seed 001 names): create a queue, enqueue a published message, acquire,
+# commands (the Qpid design's names): create a queue, enqueue a published message, acquire,
 # release, dequeue (accept), reject (to the alternate: "rejected"), and queue ownership
 # (consume: interested, cancel: not interested, owner_release: pass ownership on)
 CREATE, ENQUEUE, ACQUIRE, RELEASE, DEQUEUE, REJECT, CONSUME, CANCEL, OWNER_RELEASE = range(9)

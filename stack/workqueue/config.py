@@ -20,7 +20,7 @@ class WorkQueueConfig:
     ``frag__max_pending_per_sender`` at least this large."""
     time_slice_s: float = 0.1
     """How long a member keeps a queue's ownership while other members are interested
-    (seed 001: the owner releases when its time slice expires and others wait). Shorter:
+    (the Qpid design: the owner releases when its time slice expires and others wait). Shorter:
     fairer sharing between members' consumers; longer: fewer ownership moves (each one is
     an ordered multicast and a pause of a round trip)."""
     interest_linger_s: float = 0.05
@@ -37,7 +37,7 @@ class WorkQueueConfig:
     member ends up in a minority (the new primary never saw it)."""
     batch_max_bytes: int = 48 * 1024
     """Queue commands issued in the same loop turn travel in one ordered multicast, up to
-    this many bytes (seed 001 TODO: batch many small events into larger multicasts). A
+    this many bytes (the Qpid design's TODO: batch many small events into larger multicasts). A
     body larger than this travels alone."""
     batch_max_commands: int = 1024
     """Most commands in one batch."""

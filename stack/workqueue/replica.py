@@ -28,7 +28,7 @@ primary component fails its calls: not yet sent -> QueueNotPrimary (they never t
 effect); sent, or applied but not confirmed -> QueueOutcomeUnknown (the primary side may
 have ordered and applied what this member never received).
 
-Queue ownership (seed 001 QueueOwnerHandler): a member with waiting consumers multicasts
+Queue ownership (the Qpid design's QueueOwnerHandler): a member with waiting consumers multicasts
 CONSUME (interested); the owner acquires for its consumers, in batches; it passes the
 queue on (OWNER_RELEASE) when its time slice ran out and others are interested, and
 CANCELs when its consumers are gone (after ``interest_linger_s``).
@@ -545,7 +545,7 @@ class Replica:
             req.callback(req)
 
     # ======================================================================================
-    # ownership and interest (seed 001 QueueOwnerHandler), level-triggered
+    # ownership and interest (the Qpid design's QueueOwnerHandler), level-triggered
     # ======================================================================================
     def _lq(self, name: str) -> _Local:
         lq = self.local_queues.get(name)

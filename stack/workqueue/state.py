@@ -1,4 +1,5 @@
-"""The replicated queue state machine (seed 001's MessageHandler and QueueOwnerHandler state).
+"""The replicated queue state machine (the Qpid design's MessageHandler and QueueOwnerHandler
+state).
 
 Every member applies the same commands in the same order (they arrive in total order,
 virtually synchronously), so every member holds the same queues. Nothing here does I/O or
@@ -10,7 +11,7 @@ state to a joiner or a stale member.
 Messages are identified by (publisher, sequence) (``mid``) and live on one queue. A queue
 holds them in publish order; an acquired message is held by one member and one
 acquisition token; a released (or requeued) message goes back to its original position,
-so it is the next one delivered. Ownership (seed 001 QueueOwnerHandler): ``consumers`` are
+so it is the next one delivered. Ownership (the Qpid design's QueueOwnerHandler): ``consumers`` are
 the members interested in the queue, ``owner`` the one allowed to acquire; ownership moves
 to the next interested member in member order, circularly.
 """
@@ -139,7 +140,7 @@ class QueueState:
         self.queues: dict = {}
         self.next_tok = 0
         self.listener: Optional[Callable[[tuple], None]] = None
-        """Called with every event (seed 001 names): ("enqueue", q, mid, publisher),
+        """Called with every event (the Qpid design's names): ("enqueue", q, mid, publisher),
         ("acquire", q, mid, member, token), ("release", q, mid, member),
         ("dequeue", q, mid, member), ("reject", q, mid, member), ("rejected", alt, mid),
         ("requeue", q, mid, member) (the member left), ("owner", q, member or None)."""
