@@ -10,19 +10,21 @@ FLUSH at every view change, the old coordinator's multicasts are delivered every
 the new view, so the order agrees with view changes. While a flush has stopped sending, the
 coordinator orders nothing: what it ordered then would be held by the flush and go out in
 the next view, where another member may be the sequencer, and two sequencers' streams
-interleave differently at different members. Forwards that arrive meanwhile wait; the
-coordinator orders them at the next view if it is still the sequencer, or drops them (their
-senders forward them to the new one).
+interleave differently at different members. Nor while the primary layer's state exchange
+runs (it refuses sends until the new view is known to be primary; the view reaches this
+layer only after it). Forwards that arrive meanwhile wait; the coordinator orders them at
+the next view if it is still the sequencer, or drops them (their senders forward them to
+the new one).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .errors import RaygroupsError
+from .errors import NotPrimary, RaygroupsError
+from .events import Writable
 from .layer import MALFORMED, Layer
 from .message import CONTROL, INTERNAL, ORDERED, Message
-from .events import Writable
 from .primary import CollectExchange, ExchangeResult
 from .view import View, ViewChange
 
@@ -57,7 +59,7 @@ class Sequencer(Layer):
         self.early: dict = {}                        # coordinator: origin -> {seq: msg}
         self.primary_before = False
         self.mark = 0                                # highest seq at the last resend tick
-        self.flushing = False                        # a flush stopped sending: order nothing
+        self.stopped: set = set()                    # "flush", "primary": order nothing
 
     @property
     def coordinator(self):
@@ -67,6 +69,8 @@ class Sequencer(Layer):
         if not msg.flags & ORDERED or msg.dest is not None:
             self.below.down(msg)
             return
+        if "primary" in self.stopped:  # refused, never sent later (the application decides)
+            raise NotPrimary("not in a primary component")
         if len(self.outstanding) >= self.config.max_outstanding:
             raise OrderWindowFull(f"{len(self.outstanding)} ordered messages outstanding")
         self.seq += 1
@@ -112,7 +116,7 @@ class Sequencer(Layer):
         upto = max(self.ordered.get(origin, 0), self.delivered.get(origin, 0))
         if seq <= upto:
             return
-        if not (self.view is not None and self.view.primary) or self.flushing:
+        if not (self.view is not None and self.view.primary) or self.stopped:
             if len(self.waiting) < self.config.max_outstanding:
                 self.waiting.append((origin, seq, msg))
             else:
@@ -168,10 +172,13 @@ class Sequencer(Layer):
 
     def up_event(self, ev: Any) -> Any:
         t = type(ev)
-        if t is Writable and ev.layer == "flush":
+        if t is Writable and ev.layer in ("flush", "primary"):
             # what waits is ordered at the next view, or forwarded again by its sender
             # meanwhile (a flush that ended without a view change)
-            self.flushing = not ev.writable
+            if ev.writable:
+                self.stopped.discard(ev.layer)
+            else:
+                self.stopped.add(ev.layer)
         elif t is CollectExchange:
             # what we delivered per sender, so that a message ordered in a component we
             # were partly in is never ordered a second time (after a merge)
@@ -200,7 +207,7 @@ class Sequencer(Layer):
                 self.ordered, self.early = {}, {}
             if self.coordinator != self.ctx.local:
                 self.waiting = []  # the new sequencer gets them from their senders
-            elif not self.flushing:  # (else a newer flush runs: they wait for its view)
+            elif not self.stopped:  # (else a newer flush or round runs: they wait for its view)
                 waiting, self.waiting = self.waiting, []
                 for item in waiting:
                     self._order(*item)

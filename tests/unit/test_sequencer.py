@@ -331,3 +331,35 @@ def test_forwards_that_waited_for_a_flush_are_dropped_by_a_former_sequencer():
     install(s, 4, (s.b, s.local, s.c))  # B is the sequencer now: B's forward goes to B
     s.up_event(Writable("flush", True))
     assert [m for m in s.below.take() if m.headers.get(10, [None])[0] == ORDERED_MSG] == []
+
+
+def test_the_coordinator_resends_nothing_into_a_state_exchange_and_orders_it_after():
+    """Over PRIMARY: an ordered send the coordinator kept waiting (a flush stopped sending)
+    is neither ordered nor raised from the resend timer while the next view's state
+    exchange runs (PRIMARY refuses sends then); it is ordered once that view is primary."""
+    from raygroups.stack.events import GetPhysical, Writable
+    from raygroups.stack.primary import STATE, Primary, PrimaryConfig
+
+    s = Sandwich(Primary(PrimaryConfig()), Sequencer(SequencerConfig(resend_interval_s=0.1)),
+                 answers={GetPhysical: ("10.0.0.1", 7800)})
+    b = s.addr("B")
+
+    def exchange(view):
+        vid = [view.view_id.coord.uid, view.view_id.id]
+        s.up(*[Message(None, b"", INTERNAL, {9: [STATE, vid, 0, [], {}, {}]}, m)
+               for m in view.members])
+
+    def ordered_out():
+        return [m.payload for m in s.below.sent if m.headers.get(10, [None])[0] == ORDERED_MSG]
+    v1 = View(ViewId(s.local, 1), (s.local, b))
+    s.up_event(ViewChange(v1, None))
+    exchange(v1)
+    s.up_event(Writable("flush", False))
+    s.down(Message(None, b"mine", ORDERED))  # kept: the flush stopped sending
+    s.up_event(Writable("flush", True))
+    v2 = View(ViewId(s.local, 2), (s.local, b))
+    s.up_event(ViewChange(v2, v1))  # the state exchange of v2 runs: not primary meanwhile
+    s.advance(0.5)  # resend ticks
+    assert ordered_out() == []
+    exchange(v2)
+    assert ordered_out() == [b"mine"]
