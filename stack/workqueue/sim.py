@@ -90,7 +90,7 @@ class SimQueues:
     def _kick(self) -> None:
         if not self.scheduled:
             self.scheduled = True
-            self.sim._schedule(0, self._flush)
+            self.member.call_later(0, self._flush)
 
     def _flush(self) -> None:
         self.scheduled = False
@@ -113,7 +113,7 @@ class SimQueues:
         if self._current() and self.replica.phase is not Phase.CLOSED:
             self.replica.tick()
             self._flush()
-        self.sim._schedule(self.config.tick_s, self._tick)
+        self.member.call_later(self.config.tick_s, self._tick)
 
     # -- API --------------------------------------------------------------------------------
     @property
@@ -141,7 +141,7 @@ class SimQueues:
                 if not req.done:
                     replica.cancel(req)
                     self._kick()
-            self.sim._schedule(timeout_s, expire)
+            self.member.call_later(timeout_s, expire)
         return self._call(req)
 
     def settle(self, op: str, delivery: Delivery, callback=None) -> Request:

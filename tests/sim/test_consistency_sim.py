@@ -46,7 +46,7 @@ def traffic(sim, h, members, seconds):
 @pytest.mark.regressions(800133, 7000052)  # a sequencer ordered while a flush held its sends
 def test_virtual_synchrony_total_order_primary(sim_seed):
     sim = Simulation(sim_seed, SimOptions(loss=0.05, duplicate=0.02, reorder=0.05,
-                                          delay_s=(0.0005, 0.003)))
+                                          delay_s=(0.0005, 0.003)), buggify=True)
     rng = sim.rng
     h = History(sim)
     members = start(sim)
@@ -75,7 +75,7 @@ def test_virtual_synchrony_total_order_primary(sim_seed):
 
 @pytest.mark.seeds(50)
 def test_split_2_2_has_no_primary(sim_seed):
-    sim = Simulation(sim_seed)
+    sim = Simulation(sim_seed, buggify=True)
     cfg = StackConfig.local(primary__expected_size=4)
     a, b, c, d = start(sim, 4, cfg)
     sim.partition([a, b], [c, d])
@@ -92,7 +92,7 @@ def test_split_2_2_has_no_primary(sim_seed):
 
 @pytest.mark.seeds(50)
 def test_split_3_2_majority_stays_primary(sim_seed):
-    sim = Simulation(sim_seed)
+    sim = Simulation(sim_seed, buggify=True)
     h = History(sim)
     members = start(sim)
     maj, mino = members[:3], members[3:]

@@ -43,7 +43,7 @@ def traffic(sim, h, members, seconds, rate=0.3):
 @pytest.mark.seeds(200)
 @pytest.mark.regressions(800024, 800247)  # a member that did not coordinate its view answered a merge
 def test_crashes_partitions_heals(sim_seed):
-    sim = Simulation(sim_seed)
+    sim = Simulation(sim_seed, buggify=True)
     rng = sim.rng
     loss = rng.choice([0.0, 0.05, 0.1, 0.2])
     sim.options = SimOptions(loss=loss, duplicate=0.02, reorder=0.05, delay_s=(0.0005, 0.003))
@@ -101,7 +101,7 @@ def test_no_false_exclusion_at_10_percent_loss(sim_seed):
 
 @pytest.mark.seeds(100)
 def test_coordinator_crash_loses_nothing_a_survivor_delivered(sim_seed):
-    sim = Simulation(sim_seed)
+    sim = Simulation(sim_seed, buggify=True)
     rng = sim.rng
     h = History(sim)
     members = start_group(sim, 5)

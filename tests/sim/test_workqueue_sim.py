@@ -13,6 +13,7 @@ from raygroups.stack.workqueue import (NotAcquired, QueueNotPrimary, StaleEpoch,
                                        WorkQueueConfig)
 from raygroups.stack.workqueue.sim import SimQueues
 
+from .history import History
 from .queue_history import QueueHistory
 
 N = 5
@@ -104,10 +105,11 @@ class Workload:
 
 
 @pytest.mark.seeds(100)
-@pytest.mark.regressions(700108)  # a member that did not coordinate its view answered a merge
+@pytest.mark.regressions(700108,  # a member that did not coordinate its view answered a merge
+                         7300040)  # the sequencer ordered into a state exchange (NotPrimary)
 def test_work_queue_history(sim_seed):
     sim = Simulation(sim_seed, SimOptions(loss=0.03, duplicate=0.01, reorder=0.03,
-                                          delay_s=(0.0005, 0.003)))
+                                          delay_s=(0.0005, 0.003)), buggify=True)
     rng = sim.rng
     h = QueueHistory(sim, MAIN, ALT)
     drivers = start(sim)
@@ -161,6 +163,7 @@ def test_work_queue_history(sim_seed):
     except AssertionError:
         pass  # check() names the difference
     h.check([d.replica for d in drivers])
+    History(sim).check_one_primary_per_id()
     assert h.calls["publish_ok"] > 0 and h.calls["accept_ok"] > 0, h.calls
 
 
