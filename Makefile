@@ -19,7 +19,9 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
-# Simulator campaigns over fresh seeds: make campaign SEEDS=1000 BASE=<never run> [TESTS=...]
+# Simulator campaigns over fresh seeds: make campaign SEEDS=1000 BASE=<never run>
+# [TESTS="file or id ..."] [EXCLUDE="id prefix ..."]
 campaign: $(VENV)/.installed
 	@test -n "$(BASE)" || { echo "make campaign needs BASE=<first seed, one never run before>"; exit 2; }
-	$(PY) -m tests.campaign --seeds $(SEEDS) --base $(BASE) --jobs $(JOBS) --buggify $(BUGGIFY) $(TESTS)
+	$(PY) -m tests.campaign --seeds $(SEEDS) --base $(BASE) --jobs $(JOBS) --buggify $(BUGGIFY) \
+		$(foreach x,$(EXCLUDE),--exclude $(x)) $(TESTS)

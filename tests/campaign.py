@@ -1,6 +1,7 @@
 """Simulator campaigns over a seed range nobody ran before, in parallel processes.
 
-    python -m tests.campaign --seeds 1000 --base 3000000 [--jobs 2] [--out FILE] [TEST ...]
+    python -m tests.campaign --seeds 1000 --base 3000000 [--jobs 2] [--out FILE]
+                             [--exclude TEST_ID_PREFIX ...] [TEST ...]
 
 runs every simulator test that takes a ``sim_seed`` (under ``tests/sim`` unless TESTs name
 files or test ids) over seeds ``base .. base+seeds-1``, in chunks, ``--jobs`` pytest processes
@@ -85,8 +86,11 @@ def main(argv=None) -> int:
                     "campaign-results/<base>-<seeds>.txt)")
     ap.add_argument("--buggify", choices=("test", "on", "off"), default="test",
                     help="simulator perturbations: as each test asks (default), on, off")
+    ap.add_argument("--exclude", action="append", default=[],
+                    help="leave out tests whose id starts with this (repeatable)")
     a = ap.parse_args(argv)
-    tests = collect(a.tests or ["tests/sim"], named=bool(a.tests))
+    tests = [t for t in collect(a.tests or ["tests/sim"], named=bool(a.tests))
+             if not any(t.startswith(x) for x in a.exclude)]
     out = Path(a.out or ROOT / "campaign-results" / f"{a.base}-{a.seeds}.txt")
     out.parent.mkdir(parents=True, exist_ok=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
