@@ -230,7 +230,10 @@ class Replica:
                 self._on_hello(sender, obj)
             elif kind == APPLIED:
                 epoch, applied = obj[1], obj[2]
-                if type(epoch) is int and type(applied) is int:
+                # reports go by multicast or unicast, two streams with no order between
+                # them: an older report may come after a newer one and must not undo it
+                if type(epoch) is int and type(applied) is int and \
+                        (epoch, applied) > self.acks.get(sender, (-1, -1)):
                     self.acks[sender] = (epoch, applied)
                     self._check_durable()
             elif kind == SNAP:

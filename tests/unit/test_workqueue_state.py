@@ -333,6 +333,35 @@ def test_call_completes_only_when_a_majority_applied_it():
     assert req.done and req.error is None
 
 
+def test_an_older_applied_report_arriving_late_does_not_undo_a_newer_one():
+    """APPLIED goes by multicast (to everyone) or unicast (to the senders): two streams with
+    no order between them, so b's report of 0 batches may arrive after its report of 1."""
+    bus = Bus(3)
+    bus.view()
+    a, b, c = bus.replicas
+    a.create("q")
+    bus.flush()
+    bus.cut = {c.local}
+    req = a.publish("q", b"x")
+    out = a.take_outgoing()
+    for dest, payload, _ in out:
+        b.on_message(Message(dest, payload, sender=a.local))
+        a.on_message(Message(dest, payload, sender=a.local))
+    applied = b.state.applied
+    late = Message(None, codec.encode([codec.APPLIED, b.state.epoch, applied - 1]),
+                   sender=b.local)
+    now = Message(a.local, codec.encode([codec.APPLIED, b.state.epoch, applied]),
+                  sender=b.local)
+    a.on_message(now)
+    assert req.done and req.error is None
+    a.on_message(late)
+    assert a.acks[b.uid] == (b.state.epoch, applied)
+    req2 = a.publish("q", b"y")
+    for dest, payload, _ in a.take_outgoing():
+        a.on_message(Message(dest, payload, sender=a.local))
+    assert not req2.done  # only a applied it: a late report of b must not count for it
+
+
 def test_local_ack_mode_completes_on_local_delivery():
     bus = Bus(3, WorkQueueConfig(ack="local"))
     bus.view()
