@@ -3,8 +3,8 @@
 Registered with the stack's store registry when ``raygroups.actors`` is imported, so
 ``StackConfig.local(discovery="ray-kv://")`` works in any process attached to a Ray cluster
 (a driver, an actor). Keys ``<prefix>/<cluster>/<name>`` in namespace ``raygroups`` (prefix
-``raygroups`` by default); values are the members files' text, readable with
-``ray.experimental.internal_kv``.
+``raygroups`` by default); values are the members files' text. Ray's KV is reached through
+ray_compat.RayKV (Ray has no public API for it).
 
 Conditional writes: create-only is the KV's own ``overwrite=False`` (atomic in the GCS);
 replace-only-this-version takes a per-object lock key (created with ``overwrite=False``, so
@@ -23,7 +23,8 @@ from urllib.parse import parse_qs, urlsplit
 from raygroups.stack.discovery.store import StoreConflict, StoreUnavailable, content_etag
 from raygroups.stack.runtime.stores import DEFAULT_RETRY_S, RetryingStore, register_store
 
-NAMESPACE = "raygroups"
+from .ray_compat import RayKV
+
 LOCK_STALE_S = 10.0
 
 
@@ -50,15 +51,11 @@ class RayKVStore(RetryingStore):
     def _lock_key(self, cluster: str, name: str) -> bytes:
         return "/".join(p for p in (self.prefix, ".locks", cluster, name) if p).encode()
 
-    @staticmethod
-    def _kv() -> Any:
-        from ray.experimental import internal_kv
-        if not internal_kv._internal_kv_initialized():
-            raise StoreUnavailable("Ray is not initialized in this process (ray.init first)")
-        return internal_kv
-
-    def _op(self, fn: Callable[[Any], Any]) -> Any:
-        kv = self._kv()
+    def _op(self, fn: Callable[[RayKV], Any]) -> Any:
+        try:
+            kv = RayKV()
+        except RuntimeError as e:
+            raise StoreUnavailable(str(e)) from None
         try:
             return fn(kv)
         except (StoreConflict, StoreUnavailable):
@@ -71,11 +68,11 @@ class RayKVStore(RetryingStore):
 
         def op(kv) -> dict:
             out = {}
-            for key in kv._internal_kv_list(pfx, namespace=NAMESPACE):
+            for key in kv.keys(pfx):
                 name = key[len(pfx):].decode()
                 if not name or "/" in name or name.startswith("."):
                     continue
-                val = kv._internal_kv_get(key, namespace=NAMESPACE)
+                val = kv.get(key)
                 if val is not None:
                     out[name] = content_etag(val)
             return out
@@ -85,7 +82,7 @@ class RayKVStore(RetryingStore):
         key = self._key(cluster, name)
 
         def op(kv):
-            val = kv._internal_kv_get(key, namespace=NAMESPACE)
+            val = kv.get(key)
             return None if val is None else (val, content_etag(val))
         return self._retry("get", lambda: self._op(op))
 
@@ -95,49 +92,48 @@ class RayKVStore(RetryingStore):
 
         def op(kv) -> str:
             if if_absent:
-                if kv._internal_kv_put(key, data, overwrite=False, namespace=NAMESPACE):
+                if kv.put(key, data, overwrite=False):
                     raise StoreConflict(f"ray-kv {key.decode()} exists")
             elif if_match is not None:
                 with _KVLock(kv, self._lock_key(cluster, name)):
-                    cur = kv._internal_kv_get(key, namespace=NAMESPACE)
+                    cur = kv.get(key)
                     if cur is None or content_etag(cur) != if_match:
                         raise StoreConflict(f"ray-kv {key.decode()} changed")
-                    kv._internal_kv_put(key, data, overwrite=True, namespace=NAMESPACE)
+                    kv.put(key, data)
             else:
-                kv._internal_kv_put(key, data, overwrite=True, namespace=NAMESPACE)
+                kv.put(key, data)
             return content_etag(data)
         return self._retry("put", lambda: self._op(op))
 
     def delete(self, cluster: str, name: str) -> None:
         key = self._key(cluster, name)
-        self._retry("delete", lambda: self._op(
-            lambda kv: kv._internal_kv_del(key, namespace=NAMESPACE)))
+        self._retry("delete", lambda: self._op(lambda kv: kv.delete(key)))
 
 
 class _KVLock:
-    def __init__(self, kv: Any, key: bytes, wait_s: float = 5.0):
+    def __init__(self, kv: RayKV, key: bytes, wait_s: float = 5.0):
         self.kv, self.key, self.wait_s = kv, key, wait_s
 
     def __enter__(self) -> "_KVLock":
         kv, deadline = self.kv, time.monotonic() + self.wait_s
         while True:
             stamp = repr(time.time()).encode()
-            if not kv._internal_kv_put(self.key, stamp, overwrite=False, namespace=NAMESPACE):
+            if not kv.put(self.key, stamp, overwrite=False):
                 return self
-            held = kv._internal_kv_get(self.key, namespace=NAMESPACE)
+            held = kv.get(self.key)
             try:
                 age = time.time() - float(held or b"0")
             except ValueError:
                 age = LOCK_STALE_S
             if age >= LOCK_STALE_S:  # its holder crashed: break it
-                kv._internal_kv_del(self.key, namespace=NAMESPACE)
+                kv.delete(self.key)
                 continue
             if time.monotonic() > deadline:
                 raise StoreUnavailable(f"ray-kv lock {self.key.decode()} busy")
             time.sleep(random.uniform(0.002, 0.02))
 
     def __exit__(self, *exc) -> None:
-        self.kv._internal_kv_del(self.key, namespace=NAMESPACE)
+        self.kv.delete(self.key)
 
 
 def register() -> None:

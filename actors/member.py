@@ -38,7 +38,8 @@ from .errors import NotMember
 from .metrics import MetricsExporter, dropped, figures
 from .placement import NAMESPACE, actor_name
 from .queue import QueueHost, QueueMethods
-from .watcher import RaySignal, actor_state
+from .ray_compat import actor_state
+from .watcher import RaySignal
 
 SWIM_STATES = {0: "alive", 1: "suspect", 2: "dead"}
 

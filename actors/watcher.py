@@ -11,8 +11,8 @@ catch only after its probe and suspicion timeouts.
 
 Why poll the actor table instead of holding a call on each actor: a call pending on an actor
 Ray restarts fails only after about 2 s (``ActorUnavailableError``), while the table says
-RESTARTING within about 20 ms. The table is read with ``ray._private.state.actors(actor_id)``
-(about 0.4 ms a call; Ray's public state API needs the dashboard, which local runs leave out).
+RESTARTING within about 20 ms. The table is read with ray_compat.actor_state (about 0.4 ms a
+call; Ray's public state API needs the dashboard, which local runs leave out).
 Members that are not actors of this group (a plain ``Channel`` that joined) are not watched.
 
 The verdict goes to ``report(addr)``: the member feeds it to its own stack and to the acting
@@ -27,18 +27,9 @@ from typing import Any, Awaitable, Callable, Optional
 import ray
 
 from .placement import actor_name
+from .ray_compat import actor_state
 
 log = logging.getLogger("raygroups.watcher")
-
-
-def actor_state(actor_id: str) -> Optional[dict]:
-    """{"State": ..., "NumRestarts": ...} of an actor from the GCS, None if unknown."""
-    from ray._private import state
-    try:
-        info = state.actors(actor_id=actor_id)
-    except Exception:
-        return None
-    return info or None
 
 
 def successors(members: tuple, local: Any, k: int) -> list:

@@ -13,7 +13,6 @@ Two ways, measured on the 2-core machine (bench/spark_views.py):
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 import urllib.request
@@ -28,15 +27,12 @@ _groups: dict = {}
 
 def connect(snap: ViewSnapshot) -> None:
     """Connect this process to the snapshot's Ray cluster (no-op when connected)."""
-    local = (snap.gcs_address or "").startswith(("127.", "localhost"))
-    if local:  # a local Ray on loopback: keep this driver on loopback too
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    from raygroups.actors.ray_compat import keep_on_loopback, loopback_address
+    if snap.gcs_address and loopback_address(snap.gcs_address):
+        keep_on_loopback()  # a local Ray on loopback: keep this process on loopback too
     import ray
     if ray.is_initialized():
         return
-    if local:
-        from ray._private import ray_constants
-        ray_constants.ENABLE_RAY_CLUSTER = False
     ray.init(address=snap.gcs_address or "auto", namespace=snap.namespace,
              log_to_driver=False, configure_logging=False, logging_level="WARNING")
 
