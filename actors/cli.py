@@ -1,6 +1,7 @@
 """The ``raygroups`` command (also ``python -m raygroups.actors``).
 
-    raygroups [--address ADDR] [--namespace NS] COMMAND ...
+    raygroups [--address ADDR] [--namespace NS] [--timeout S] COMMAND ...
+    raygroups --version
 
     up CLUSTER         launch (or attach to) the group's member actors: one per node by
                        default; --members N in all; --this-node: only this node's (cluster.yaml)
@@ -13,9 +14,13 @@
                                  cloud-store discovery)
     simulate           run a config in the simulator at N members: detection and convergence
 
-Ray: ``--address`` (default: $RAY_ADDRESS, else "auto", the cluster started on this machine).
-For a cluster on 127.0.0.1 the command keeps Ray on loopback
-(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0). Progress goes to stderr, results to stdout.
+Ray: ``--address`` (default: $RAY_ADDRESS, else "auto", the cluster started on this machine);
+``--timeout`` (default 30 s): give up when the cluster does not answer. For a cluster on
+127.0.0.1 the command keeps Ray on loopback. Progress goes to stderr, results to stdout
+(``--json`` on every command that prints data). Errors are one line on stderr: exit code 2
+for a usage error, 1 for a failure (``RAYGROUPS_DEBUG=1`` adds the traceback). ``up``
+never prints the HTTP token: it writes it to a file only its user can read (0600) and
+prints the file's path.
 """
 from __future__ import annotations
 
@@ -23,10 +28,19 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 from typing import Any, Optional
 
-LOOPBACK = ("127.", "localhost")
+from raygroups import __version__
+
+from .ray_compat import keep_on_loopback, loopback_address
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage too)
+        print(f"{self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)
 
 
 def _err(text: str) -> None:
@@ -37,27 +51,47 @@ def _ray_address(args: argparse.Namespace) -> str:
     return args.address or os.environ.get("RAY_ADDRESS") or "auto"
 
 
-def _loopback_address(addr: str) -> bool:
-    if addr == "auto":
-        try:
-            with open("/tmp/ray/ray_current_cluster") as f:
-                addr = f.read().strip()
-        except OSError:
-            return False
-    host = addr.split("://")[-1].rsplit(":", 1)[0]
-    return host.startswith(LOOPBACK)
-
-
 def connect(args: argparse.Namespace) -> Any:
-    """ray.init to the cluster (quietly); returns the ray module."""
+    """ray.init to the cluster (quietly), giving up after ``--timeout``; returns ray."""
     addr = _ray_address(args)
-    if _loopback_address(addr):
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # before importing ray
+    if loopback_address(addr):
+        keep_on_loopback()
     import ray
-    if not ray.is_initialized():
+    if ray.is_initialized():
+        return ray
+
+    def give_up() -> None:  # ray.init cannot be interrupted: leave the process at once
+        _err(f"raygroups {args.command}: no Ray cluster at {addr} answered within "
+             f"{args.connect_timeout:g}s")
+        os._exit(1)
+    watchdog = threading.Timer(args.connect_timeout, give_up)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
         ray.init(address=addr, log_to_driver=False, logging_level="WARNING",
                  configure_logging=False)
+    finally:
+        watchdog.cancel()
     return ray
+
+
+def token_file(args: argparse.Namespace) -> str:
+    """Where ``up`` keeps the group's HTTP token: --token-file, else
+    ~/.raygroups/<namespace>.<cluster>.token."""
+    return args.token_file or os.path.join(os.path.expanduser("~"), ".raygroups",
+                                           f"{args.namespace}.{args.cluster}.token")
+
+
+def write_secret(path: str, secret: str) -> None:
+    """Write ``secret`` to ``path``, readable by its owner only (0600; the directory 0700 if
+    it is created), and never through a moment of wider permissions."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, (secret + "\n").encode())
+    finally:
+        os.close(fd)
 
 
 def _group(args: argparse.Namespace):
@@ -94,9 +128,11 @@ def cmd_up(args: argparse.Namespace) -> int:
                      timeout=args.timeout, progress=lambda s: _err(f"  {s}"))
     view = g.view()
     urls = g.status_urls()
+    path = token_file(args)
+    write_secret(path, g.http_token())
     out = {"cluster": args.cluster, "view_id": [view.view_id.coord.name, view.view_id.id],
            "members": [m.name for m in view.members], "status_pages": urls,
-           "token": g.http_token(), "seconds": round(time.monotonic() - t0, 2)}
+           "token_file": path, "seconds": round(time.monotonic() - t0, 2)}
     if args.json:
         print(json.dumps(out))
     else:
@@ -104,7 +140,7 @@ def cmd_up(args: argparse.Namespace) -> int:
               f"{out['members']}")
         for n, u in sorted(urls.items()):
             print(f"  {n}: status page {u}")
-        print(f"  HTTP token (debug endpoints): {out['token']}")
+        print(f"  HTTP token (debug endpoints) in {path} (mode 0600)")
     return 0
 
 
@@ -120,7 +156,10 @@ def cmd_down(args: argparse.Namespace) -> int:
     names = g.member_names()
     _err(f"shutting down {len(names)} members of {args.cluster!r} ...")
     g.shutdown(timeout=args.timeout)
-    print(f"group {args.cluster!r} down ({len(names)} members)")
+    if args.json:
+        print(json.dumps({"cluster": args.cluster, "members": names}))
+    else:
+        print(f"group {args.cluster!r} down ({len(names)} members)")
     return 0
 
 
@@ -235,6 +274,9 @@ def cmd_bootstrap(args: argparse.Namespace) -> int:
         nodes = ray.nodes()
     mf = generate_bootstrap(nodes, args.cluster, port=args.port, per_node=args.per_node)
     text = mf.render()
+    if args.json:
+        text = json.dumps([{"name": e.name, "uuid": e.uid.hex(), "host": e.host,
+                            "port": e.port, "coordinator": e.coord} for e in mf]) + "\n"
     if args.out:
         with open(args.out, "w") as f:
             f.write(text)
@@ -281,12 +323,22 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 # -- parser -------------------------------------------------------------------------------
+def _positive(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
+    return n
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="raygroups", description="raygroups: group membership on "
-                                "Ray (member actors, views, probe, simulator)")
+    p = _Parser(prog="raygroups", description="raygroups: group membership on "
+                "Ray (member actors, views, probe, simulator)")
+    p.add_argument("--version", action="version", version=f"raygroups {__version__}")
     p.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS or auto)")
     p.add_argument("--namespace", default="raygroups", help="Ray namespace of the actors")
-    sub = p.add_subparsers(dest="command", required=True)
+    p.add_argument("--timeout", dest="connect_timeout", type=float, default=30.0,
+                   help="seconds to wait for the Ray cluster to answer (default 30)")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     up = sub.add_parser("up", help="launch (or attach to) a group's member actors")
     up.add_argument("cluster")
@@ -304,6 +356,8 @@ def parser() -> argparse.ArgumentParser:
                     "(default 7800; free ports on loopback)")
     up.add_argument("--http-port", type=int, default=0, help="HTTP API port (0: any)")
     up.add_argument("--token", default=None, help="HTTP API token (default: random)")
+    up.add_argument("--token-file", default=None, help="where to keep the HTTP token (0600; "
+                    "default ~/.raygroups/<namespace>.<cluster>.token)")
     up.add_argument("--no-ray-signal", action="store_true",
                     help="do not use Ray as a second failure signal")
     up.add_argument("--timeout", type=float, default=120.0)
@@ -313,6 +367,7 @@ def parser() -> argparse.ArgumentParser:
     down = sub.add_parser("down", help="shut a group down")
     down.add_argument("cluster")
     down.add_argument("--timeout", type=float, default=15.0)
+    down.add_argument("--json", action="store_true")
     down.set_defaults(fn=cmd_down)
 
     mem = sub.add_parser("members", help="the view's members")
@@ -342,10 +397,11 @@ def parser() -> argparse.ArgumentParser:
     gen = bsub.add_parser("generate", help="a bootstrap file for the live Ray nodes")
     gen.add_argument("cluster")
     gen.add_argument("--port", type=int, default=7800)
-    gen.add_argument("--per-node", type=int, default=1)
+    gen.add_argument("--per-node", type=_positive, default=1)
     gen.add_argument("--nodes", default=None,
                      help="comma-separated IPs instead of asking Ray for its nodes")
     gen.add_argument("--out", default=None, help="write here instead of stdout")
+    gen.add_argument("--json", action="store_true", help="the entries as JSON")
     gen.set_defaults(fn=cmd_bootstrap)
 
     sim = sub.add_parser("simulate", help="run a config in the simulator at N members")
@@ -383,11 +439,11 @@ def main(argv: Optional[list] = None) -> int:
             pass
         return 0
     except Exception as e:
-        from raygroups.stack.errors import RaygroupsError
-        if isinstance(e, (RaygroupsError, TimeoutError, ConnectionError)):
-            _err(f"raygroups {args.command}: {type(e).__name__}: {e}")
-            return 1
-        raise
+        if os.environ.get("RAYGROUPS_DEBUG"):
+            raise
+        text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        _err(f"raygroups {args.command}: {type(e).__name__}: {text}")
+        return 1
 
 
 if __name__ == "__main__":

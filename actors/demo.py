@@ -23,7 +23,9 @@ import urllib.request
 
 from raygroups.stack.discovery.members_file import uid_to_text
 
-os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # keep Ray on loopback
+from .ray_compat import init_local, keep_on_loopback
+
+keep_on_loopback()  # before anything imports ray
 
 
 def members_files(root: str, cluster: str) -> dict:
@@ -71,16 +73,12 @@ def run(args, then=None, num_cpus: int = 2) -> int:
     """The demo with ``args`` (see ``arguments``); ``then(group)``, when given, runs after the
     membership part, before the status page is served (raygroups.integration.demo adds the
     Spark pipeline there)."""
-    import ray
-
     from raygroups.actors import Group
 
     cluster = f"demo-{os.getpid()}"
     t0 = time.monotonic()
     print("raygroups demo: member actors on a local Ray cluster (loopback)")
-    ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False,
-             log_to_driver=False, num_cpus=num_cpus, object_store_memory=200 * 1024 * 1024,
-             configure_logging=False, logging_level="WARNING")
+    ray = init_local(num_cpus=num_cpus, object_store_memory=200 * 1024 * 1024)
     print(f"  Ray started in {time.monotonic() - t0:.1f}s")
     root = tempfile.mkdtemp(prefix="raygroups-demo-")
     discovery = f"file://{root}"

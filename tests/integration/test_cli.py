@@ -1,7 +1,8 @@
-"""The ``raygroups`` command end to end (issue 6): each command is a subprocess
-(``python -m raygroups.actors``) on the test run's Ray session: up, members (table and JSON),
-views (history, and --follow while a member leaves), probe, list, bootstrap generate, down;
-simulate needs no Ray."""
+"""The ``raygroups`` command end to end: each command is a subprocess
+(``python -m raygroups.actors``) on the test run's Ray session: up (the HTTP token in a 0600
+file, never printed), members (table and JSON), views (history, and --follow while a member
+leaves), probe, list, bootstrap generate, down; simulate needs no Ray. Bad input and an
+unreachable cluster give one line on stderr and exit codes 2 and 1, never a traceback."""
 import json
 import os
 import subprocess
@@ -29,20 +30,26 @@ def cli(session, *args: str, timeout: float = 120.0, check: bool = True):
 
 
 @pytest.fixture(scope="module")
-def up(ray_session):
-    out = cli(ray_session, "up", CLUSTER, "--members", "3", "--json")
-    yield json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
+def up(ray_session, tmp_path_factory):
+    token_file = tmp_path_factory.mktemp("secrets") / "group.token"
+    out = cli(ray_session, "up", CLUSTER, "--members", "3", "--json", "--token-file",
+              str(token_file))
+    yield json.loads(out.stdout.strip().splitlines()[-1]), out.stderr + out.stdout
     try:
         Group.attach(CLUSTER).shutdown()
     except Exception:
         pass
 
 
-def test_up_reports_progress_and_the_view(up):
-    result, progress = up
+def test_up_reports_progress_and_the_view_and_keeps_the_token_in_a_0600_file(up):
+    result, printed = up
     assert len(result["members"]) == 3 and len(result["status_pages"]) == 3
-    assert result["token"]
-    assert "joined as" in progress and "agreed: view" in progress
+    assert "joined as" in printed and "agreed: view" in printed
+    path = result["token_file"]
+    token = open(path).read().strip()
+    assert token == Group.attach(CLUSTER).http_token()
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    assert token not in printed  # never printed (ray up's output is a log)
 
 
 def test_members_table_and_json(ray_session, up):
@@ -101,6 +108,10 @@ def test_bootstrap_generate(ray_session, up, tmp_path):
                "--per-node", "2").stdout.split("\n")
     assert text[:4] == ["A 1 10.0.0.1:7800 T", "B 2 10.0.0.1:7801 F", "C 3 10.0.0.2:7800 F",
                         "D 4 10.0.0.2:7801 F"]
+    entries = json.loads(cli(None, "bootstrap", "generate", "orders", "--nodes", "10.0.0.1",
+                             "--json").stdout)
+    assert [(e["name"], e["host"], e["port"], e["coordinator"]) for e in entries] == \
+        [("A", "10.0.0.1", 7800, True)]
     out = tmp_path / "1.list"
     cli(ray_session, "bootstrap", "generate", "orders", "--out", str(out))
     assert out.read_text().strip() == "A 1 127.0.0.1:7800 T"
@@ -117,10 +128,38 @@ def test_simulate_prints_figures():
 
 
 def test_down(ray_session, up):
-    out = cli(ray_session, "down", CLUSTER)
-    assert "down" in out.stdout
+    out = cli(ray_session, "down", CLUSTER, "--json")
+    assert json.loads(out.stdout)["cluster"] == CLUSTER
     deadline = time.monotonic() + 30
     while CLUSTER in Group.list_groups() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert CLUSTER not in Group.list_groups()
-    assert cli(ray_session, "members", CLUSTER, check=False).returncode == 1
+    gone = cli(ray_session, "members", CLUSTER, check=False)
+    assert gone.returncode == 1 and len(gone.stderr.strip().splitlines()) == 1
+    assert "NoSuchGroup" in gone.stderr and "Traceback" not in gone.stderr
+
+
+@pytest.mark.parametrize("args", [["members"], ["up", "x", "--members", "many"],
+                                  ["bootstrap", "generate", "x", "--per-node", "0"],
+                                  ["nosuchcommand"]])
+def test_usage_errors_are_one_line_and_exit_2(args):
+    out = cli(None, *args, check=False, timeout=60)
+    assert out.returncode == 2, out
+    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+
+
+def test_an_unreachable_cluster_is_one_line_and_exit_1_within_the_timeout():
+    """A port nothing listens on (loopback, picked free): ray.init would wait for it."""
+    from raygroups.stack.runtime.ports import free_port
+    t0 = time.monotonic()
+    out = cli(None, "--address", f"127.0.0.1:{free_port()}", "--timeout", "3", "list",
+              check=False, timeout=120)
+    assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1, out
+    assert "Traceback" not in out.stderr
+    print(f"gave up after {time.monotonic() - t0:.1f}s: {out.stderr.strip()}")
+
+
+def test_version():
+    import raygroups
+    out = cli(None, "--version")
+    assert out.stdout.strip() == f"raygroups {raygroups.__version__}"

@@ -133,4 +133,15 @@ def test_cli_parser():
     assert a.members == 1000 and a.membership == "gossip"
     a = p.parse_args(["views", "orders", "--follow"])
     assert a.follow
-    assert cli._loopback_address("127.0.0.1:6379") and not cli._loopback_address("10.0.0.1:6379")
+    a = p.parse_args(["--timeout", "5", "members", "orders"])
+    assert a.connect_timeout == 5.0 and a.command == "members"
+
+
+def test_secrets_are_written_owner_only(tmp_path):
+    path = tmp_path / "new" / "group.token"
+    cli.write_secret(str(path), "s3cret")
+    assert path.read_text() == "s3cret\n"
+    assert path.stat().st_mode & 0o777 == 0o600 and path.parent.stat().st_mode & 0o777 == 0o700
+    path.chmod(0o644)  # an existing file with wider permissions is narrowed
+    cli.write_secret(str(path), "other")
+    assert path.stat().st_mode & 0o777 == 0o600 and path.read_text() == "other\n"
