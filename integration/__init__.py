@@ -9,10 +9,17 @@ feed.on_change(lambda old, new: ...)       # re-plan when the view changes
 jobs = read_queue(spark, "orders", "jobs", max_messages=10_000)   # acquire -> DataFrame
 ```
 
-Dependency direction: integration -> actors -> stack (actors never import pyspark). The
-modules import pyspark only inside the functions that build DataFrames, so the pure parts
-(``rendezvous``, ``ViewSnapshot``) work without it.
+Dependency direction: integration -> actors -> stack (actors never import pyspark). It needs
+the ``spark`` extra (pyspark and raydp): ``pip install 'raygroups[spark]'``; without it,
+importing it raises an ImportError that says so.
 """
+import importlib.util as _util
+
+_missing = [m for m in ("pyspark", "raydp") if _util.find_spec(m) is None]
+if _missing:
+    raise ImportError(f"raygroups.integration needs {' and '.join(_missing)}: "
+                      f"pip install 'raygroups[spark]'", name=_missing[0])
+
 from .partitioning import (PartitionConfig, by_view, partition_owner, planned_view,
                            repartition_by_view)
 from .pipeline import PipelineConfig, run_pipeline
