@@ -125,7 +125,8 @@ def cmd_up(args: argparse.Namespace) -> int:
                      preset=args.preset, discovery=args.discovery, port=args.port,
                      http_port=args.http_port, token=args.token,
                      ray_signal=not args.no_ray_signal, this_node=args.this_node,
-                     timeout=args.timeout, progress=lambda s: _err(f"  {s}"))
+                     timeout=args.timeout, follow_nodes=args.follow_nodes,
+                     progress=lambda s: _err(f"  {s}"))
     view = g.view()
     urls = g.status_urls()
     path = token_file(args)
@@ -358,6 +359,8 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--token", default=None, help="HTTP API token (default: random)")
     up.add_argument("--token-file", default=None, help="where to keep the HTTP token (0600; "
                     "default ~/.raygroups/<namespace>.<cluster>.token)")
+    up.add_argument("--follow-nodes", action="store_true",
+                    help="keep --members-per-node members on every node, added ones too")
     up.add_argument("--no-ray-signal", action="store_true",
                     help="do not use Ray as a second failure signal")
     up.add_argument("--timeout", type=float, default=120.0)

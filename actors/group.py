@@ -99,7 +99,7 @@ class Group:
                port: Optional[int] = None, http: bool = True, http_port: int = 0,
                token: Optional[str] = None, ray_signal: bool = True, ray_poll_s: float = 0.1,
                max_restarts: int = -1, this_node: bool = False, timeout: float = 60.0,
-               metrics_interval_s: float = 5.0,
+               metrics_interval_s: float = 5.0, follow_nodes: bool = False,
                progress: Optional[Callable[[str], None]] = None) -> "Group":
         """Start the group's member actors (or attach to those that exist) and wait until
         they agree on one view.
@@ -114,9 +114,15 @@ class Group:
         HTTP API's guarded endpoints (default: a random one, see ``http_token()``).
         ``ray_signal``: Ray as a second failure signal. ``max_restarts``: Ray restarts a
         crashed member this often (-1: always); it rejoins with a fresh UUID.
+        ``follow_nodes``: then a detached supervisor (actors/follower.py) keeps
+        ``members_per_node`` members on every alive node, on nodes added later too, with
+        these settings; ``shutdown`` stops it.
         Raises JoinTimeout when the members do not agree within ``timeout`` s, and
         JoinRejected (after removing the refused members it started) when the group refuses
         their settings (``GmsConfig.agreed``: ``stack_options={"gms__agreed": {...}}``)."""
+        if follow_nodes and (members is not None or this_node):
+            raise ValueError("follow_nodes keeps members_per_node on every node: "
+                             "not with members= or this_node")
         if not ray.is_initialized():
             ray.init()
         nodes = alive_nodes(ray.nodes())
@@ -193,6 +199,15 @@ class Group:
             raise
         want = {s.name for s in (slots if this_node else every)}
         g._await_agreement(want, timeout, progress)
+        if follow_nodes:
+            from .follower import start_follower
+            start_follower(cluster, namespace, members_per_node, dict(
+                detached=detached, transport=transport, preset=preset, discovery=discovery,
+                config=config, stack_options=stack_options, port=port, http=http,
+                http_port=http_port, token=token, ray_signal=ray_signal,
+                ray_poll_s=ray_poll_s, max_restarts=max_restarts, timeout=min(timeout, 30.0),
+                metrics_interval_s=metrics_interval_s))
+            _say(progress, "following Ray's nodes: a member on every node added later")
         return g
 
     @classmethod
@@ -689,7 +704,10 @@ class Group:
         return await self._acall("info", member=member)
 
     def shutdown(self, timeout: float = 10.0) -> None:
-        """Every member leaves, then its actor is killed; the names are free afterwards."""
+        """Every member leaves, then its actor is killed; the names are free afterwards.
+        A node follower (``follow_nodes``) is stopped first."""
+        from .follower import stop_follower
+        stop_follower(self.cluster, self.namespace)
         self._gather(self._each("close", min(5.0, timeout)), timeout)
         for h in [h for h in self._handles.values() if h is not None]:
             try:

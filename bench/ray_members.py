@@ -8,7 +8,9 @@ On a local Ray cluster (one node, loopback; started here):
   yields it (target: p50 <= 50 ms);
 * detection: ``ray.kill`` of a member (Ray restarts it); the time until a view without it is
   installed, with the Ray signal (the GCS says RESTARTING/DEAD; target: p50 <= 500 ms and
-  faster than SWIM alone) and without it (SWIM's probes and suspicion timeout alone).
+  faster than SWIM alone) and without it (SWIM's probes and suspicion timeout alone);
+* then bench/follow_nodes.py: on a multi-node Ray, the time until a node added to the cluster
+  has its member in the view (``follow_nodes=True``; target <= 5 s).
 
     python bench/ray_members.py [--quick] [--json out.json]
 """
@@ -163,6 +165,11 @@ def main() -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f)
+    # members that follow Ray's nodes need a multi-node Ray of their own: another process
+    import subprocess
+    subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                 "follow_nodes.py"),
+                    "--trials", "1" if args.quick else "3"], check=False)
     return 0
 
 
