@@ -117,16 +117,31 @@ def _table(rows: list, cols: list) -> str:
 # -- commands -----------------------------------------------------------------------------
 def cmd_up(args: argparse.Namespace) -> int:
     connect(args)
+    import secrets
+
     from .group import Group
     t0 = time.monotonic()
     _err(f"launching group {args.cluster!r} ...")
+    wait = not args.no_wait
+    if not wait and not args.follow_nodes:
+        _err("raygroups up: --no-wait needs --follow-nodes")
+        return 2
+    token = args.token or (None if wait else secrets.token_urlsafe(18))
     g = Group.launch(args.cluster, args.members_per_node, members=args.members,
                      namespace=args.namespace, detached=True, transport=args.transport,
                      preset=args.preset, discovery=args.discovery, port=args.port,
-                     http_port=args.http_port, token=args.token,
+                     http_port=args.http_port, token=token,
                      ray_signal=not args.no_ray_signal, this_node=args.this_node,
-                     timeout=args.timeout, follow_nodes=args.follow_nodes,
+                     timeout=args.timeout, follow_nodes=args.follow_nodes, wait=wait,
                      progress=lambda s: _err(f"  {s}"))
+    if not wait:
+        path = token_file(args)
+        write_secret(path, token)
+        out = {"cluster": args.cluster, "following": True, "token_file": path}
+        print(json.dumps(out) if args.json else
+              f"group {args.cluster!r}: members start on every node in the background "
+              f"(raygroups members {args.cluster}); HTTP token in {path} (mode 0600)")
+        return 0
     view = g.view()
     urls = g.status_urls()
     path = token_file(args)
@@ -361,6 +376,9 @@ def parser() -> argparse.ArgumentParser:
                     "default ~/.raygroups/<namespace>.<cluster>.token)")
     up.add_argument("--follow-nodes", action="store_true",
                     help="keep --members-per-node members on every node, added ones too")
+    up.add_argument("--no-wait", action="store_true",
+                    help="with --follow-nodes: return at once, members start in the "
+                         "background (a cluster's start command never fails for the group)")
     up.add_argument("--no-ray-signal", action="store_true",
                     help="do not use Ray as a second failure signal")
     up.add_argument("--timeout", type=float, default=120.0)

@@ -100,6 +100,7 @@ class Group:
                token: Optional[str] = None, ray_signal: bool = True, ray_poll_s: float = 0.1,
                max_restarts: int = -1, this_node: bool = False, timeout: float = 60.0,
                metrics_interval_s: float = 5.0, follow_nodes: bool = False,
+               wait: bool = True,
                progress: Optional[Callable[[str], None]] = None) -> "Group":
         """Start the group's member actors (or attach to those that exist) and wait until
         they agree on one view.
@@ -116,15 +117,31 @@ class Group:
         crashed member this often (-1: always); it rejoins with a fresh UUID.
         ``follow_nodes``: then a detached supervisor (actors/follower.py) keeps
         ``members_per_node`` members on every alive node, on nodes added later too, with
-        these settings; ``shutdown`` stops it.
+        these settings; ``shutdown`` stops it. With ``wait=False`` (only with
+        ``follow_nodes``) it returns at once and the supervisor launches every member, and
+        keeps retrying, in the background: a cluster's start command never fails for the
+        group (the HTTP token is then the one given, or a random one: ``http_token()``).
         Raises JoinTimeout when the members do not agree within ``timeout`` s, and
         JoinRejected (after removing the refused members it started) when the group refuses
         their settings (``GmsConfig.agreed``: ``stack_options={"gms__agreed": {...}}``)."""
         if follow_nodes and (members is not None or this_node):
             raise ValueError("follow_nodes keeps members_per_node on every node: "
                              "not with members= or this_node")
+        if not wait and not follow_nodes:
+            raise ValueError("wait=False needs follow_nodes=True (a supervisor to wait)")
         if not ray.is_initialized():
             ray.init()
+        follow = dict(detached=detached, transport=transport, preset=preset,
+                      discovery=discovery, config=config, stack_options=stack_options, port=port,
+                      http=http, http_port=http_port, ray_signal=ray_signal,
+                      ray_poll_s=ray_poll_s, max_restarts=max_restarts,
+                      timeout=min(timeout, 30.0), metrics_interval_s=metrics_interval_s)
+        if not wait:
+            from .follower import start_follower
+            follow["token"] = token or secrets.token_urlsafe(18)
+            start_follower(cluster, namespace, members_per_node, follow)
+            _say(progress, "following Ray's nodes: members start in the background")
+            return cls(cluster, namespace)
         nodes = alive_nodes(ray.nodes())
         here = ray.get_runtime_context().get_node_id() if this_node else None
         every = plan(nodes, members_per_node, members)
@@ -201,12 +218,7 @@ class Group:
         g._await_agreement(want, timeout, progress)
         if follow_nodes:
             from .follower import start_follower
-            start_follower(cluster, namespace, members_per_node, dict(
-                detached=detached, transport=transport, preset=preset, discovery=discovery,
-                config=config, stack_options=stack_options, port=port, http=http,
-                http_port=http_port, token=token, ray_signal=ray_signal,
-                ray_poll_s=ray_poll_s, max_restarts=max_restarts, timeout=min(timeout, 30.0),
-                metrics_interval_s=metrics_interval_s))
+            start_follower(cluster, namespace, members_per_node, {**follow, "token": token})
             _say(progress, "following Ray's nodes: a member on every node added later")
         return g
 

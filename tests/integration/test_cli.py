@@ -163,3 +163,32 @@ def test_version():
     import raygroups
     out = cli(None, "--version")
     assert out.stdout.strip() == f"raygroups {raygroups.__version__}"
+
+
+def test_up_follow_nodes_no_wait_starts_the_group_in_the_background(ray_session, tmp_path):
+    """cluster.yaml's head start command: it returns at once; the supervisor brings a member
+    up on every node (this run's Ray has one) with the token written to the file."""
+    from raygroups.actors.errors import NoSuchGroup, NotMember
+    name = f"{CLUSTER}-bg"
+    token_file = tmp_path / "bg.token"
+    out = json.loads(cli(ray_session, "up", name, "--follow-nodes", "--no-wait", "--json",
+                         "--token-file", str(token_file)).stdout)
+    assert out["following"] and out["token_file"] == str(token_file)
+    deadline = time.monotonic() + 60
+    g = None
+    while time.monotonic() < deadline:
+        try:
+            g = Group.attach(name)
+            if len(g.view().members) == 1:
+                break
+        except (NoSuchGroup, NotMember):  # not created yet, or still joining
+            pass
+        time.sleep(0.2)
+    assert g is not None and len(g.view().members) == 1
+    assert token_file.read_text().strip() == g.http_token()
+    cli(ray_session, "down", name)
+    assert name not in Group.list_groups()
+    from raygroups.actors.follower import follower_name
+    with pytest.raises(ValueError):
+        import ray
+        ray.get_actor(follower_name(name), namespace="raygroups")

@@ -58,19 +58,27 @@ def test_ray_rejects_a_broken_copy(config, breakage):
         check(bad)
 
 
-def test_setup_installs_the_package(config):
+def test_setup_installs_the_package_into_a_venv_and_copies_nothing_relative(config):
     setup = " ; ".join(config["setup_commands"])
-    assert "pip install" in setup and "~/raygroups" in setup
-    assert "~/raygroups" in config["file_mounts"]
+    assert "python3 -m venv ~/raygroups-venv" in setup
+    assert "~/raygroups-venv/bin/pip install" in setup and "--user" not in setup
+    assert "raygroups[spark,s3]" in setup and "openjdk-17" in setup
+    assert all(os.path.isabs(os.path.expanduser(src))
+               for src in config["file_mounts"].values())  # nothing relative to the caller
+    excluded = config["rsync_exclude"]
+    assert ".venv" in excluded and ".git" in excluded
 
 
-@pytest.mark.parametrize("key", ["head_start_ray_commands", "worker_start_ray_commands"])
-def test_start_commands_bring_up_one_member_per_node(config, key):
-    cmds = config[key]
-    ray_start = next(i for i, c in enumerate(cmds) if "ray start" in c)
-    up = [i for i, c in enumerate(cmds) if c.startswith("raygroups ")]
-    assert up and all(i > ray_start for i in up)
-    for i in up:
-        argv = shlex.split(cmds[i].replace("$RAY_HEAD_IP", "10.0.0.1"))[1:]
-        args = parser().parse_args(argv)
-        assert args.command == "up" and args.this_node and args.members_per_node == 1
+def test_ray_and_the_group_start_from_the_venv_once_in_the_background(config):
+    head, workers = config["head_start_ray_commands"], config["worker_start_ray_commands"]
+    for cmds in (head, workers):
+        assert any("~/raygroups-venv/bin/ray start" in c for c in cmds)
+    up = [c for c in head if "raygroups-venv/bin/raygroups " in c]
+    assert len(up) == 1 and head.index(up[0]) > next(i for i, c in enumerate(head)
+                                                     if "ray start" in c)
+    args = parser().parse_args(shlex.split(up[0])[1:])
+    # every node's member comes from the supervisor, started once, without waiting: the
+    # group never fails a node's start command, and the workers start nothing of raygroups
+    assert args.command == "up" and args.follow_nodes and args.no_wait
+    assert args.members_per_node == 1 and not args.this_node
+    assert not any("raygroups " in c.replace("raygroups-venv", "") for c in workers)
