@@ -10,8 +10,16 @@ member fetches what it misses up to the cut and answers FLUSH_DONE. (FLUSH_OK na
 member's view only when it is not the one being flushed: the coordinator has that one.) Only then is the VIEW
 sent (carrying the cut again for anyone who missed a step): members that move together
 from V to V' delivered the same messages in V, and stability in V' cannot purge a message a
-member of V still needed. Sending resumes at install. A member that does not answer is treated as crashed and the flush restarts with the
-smaller membership; a member whose coordinator vanished mid-flush unblocks after a timeout.
+member of V still needed. A member that does not answer is treated as crashed and the flush
+restarts with the smaller membership.
+
+Sending resumes at the install of a newer view, or when the coordinator ends the flush
+without one (FLUSH_RESUME: nothing changed after all, or a merge that did not happen), and
+never otherwise: a member that sent again in V after the cut was taken would deliver its
+later messages in V at some members and in V' at others. A member whose flush coordinator
+went silent for ``3 * view_ack_timeout_s`` takes a flush from another coordinator (the next
+in line takes over when the coordinator died) but stays stopped; after ``10 *`` it leaves
+the view as a singleton (MERGE brings it back).
 """
 from __future__ import annotations
 
@@ -23,7 +31,7 @@ from .view import ViewId, view_from_wire, view_to_wire
 if TYPE_CHECKING:
     from .gms import Gms
 
-START_FLUSH, FLUSH_OK, FLUSH_CUT, FLUSH_DONE = 11, 12, 13, 14
+START_FLUSH, FLUSH_OK, FLUSH_CUT, FLUSH_DONE, FLUSH_RESUME = 11, 12, 13, 14, 15
 
 
 class Flush:
@@ -31,9 +39,12 @@ class Flush:
         self.gms = gms
         self.round: Optional[dict] = None  # coordinator: the flush being collected
         self.counter = 0
+        self.done: Optional[tuple] = None  # coordinator: (fid, participants) of a finished
+        #                                    round whose view is not installed yet
         self.blocked = False               # member: sends stopped
         self.flushed = None                # member: the view being flushed
         self.coord = None                  # member: who is flushing us
+        self.fid = None                    # member: the flush that stopped us
         self.block_timer = None
 
     @property
@@ -92,6 +103,7 @@ class Flush:
         r["waiting"].discard(sender)
         if not r["waiting"]:
             self.round = None
+            self.done = (r["id"], [m for m in r["digests"] if m != self.gms.ctx.local])
             g = self.gms
             g.stats["flushes_done"] += 1
             g.stats["flush_us_total"] += int(1e6 * (g.ctx.now() - r["t0"]))
@@ -112,6 +124,21 @@ class Flush:
 
     def abort(self) -> None:
         self.round = None
+
+    def resume(self) -> None:
+        """Coordinator: end a finished flush without a view (FLUSH_RESUME to the members it
+        stopped), and resume our own sending."""
+        if self.done is not None:
+            fid, participants = self.done
+            self.done = None
+            for m in participants:
+                self.gms._send(m, [FLUSH_RESUME, fid])
+        self.release()
+
+    def on_resume(self, sender, fid) -> None:
+        if self.blocked and sender == self.coord and fid == self.fid:
+            self.gms.stats["flushes_resumed"] += 1
+            self.release()
 
     def member_dead(self, addr) -> None:
         """A participant died mid-flush: start over without it (no need to wait for the
@@ -136,7 +163,7 @@ class Flush:
         flushed = ViewId(book.get(vid[0]), int(vid[1]))
         # sending resumes with a view newer than the one being flushed (we may still be
         # installing that one)
-        self.coord, self.flushed = sender, flushed
+        self.coord, self.flushed, self.fid = sender, flushed, fid
         self._block()
         g.below.down_event(Freeze(removed, self.flushed))
         digest = g.below.down_event(GetDigest(sent=True))
@@ -169,20 +196,33 @@ class Flush:
             g.above.up_event(Writable("flush", False))
         if self.block_timer is not None:
             self.block_timer.cancel()
-        # the coordinator may die mid-flush: a new one flushes again, or we unblock
-        self.block_timer = g.ctx.schedule(3 * g.config.view_ack_timeout_s, self.release)
+        # the coordinator may die mid-flush: the next in line flushes again
+        self.block_timer = g.ctx.schedule(3 * g.config.view_ack_timeout_s, self._silent)
+
+    def _silent(self) -> None:
+        """Our flush coordinator went silent: take another's flush, still without sending;
+        in the end leave the view rather than send after a cut (see the module doc)."""
+        g = self.gms
+        self.coord = None
+        g.stats["flush_coordinator_silent"] += 1
+
+        def give_up() -> None:
+            if self.blocked:
+                g._become_singleton("the flush that stopped sending never ended")
+        self.block_timer = g.ctx.schedule(7 * g.config.view_ack_timeout_s, give_up)
 
     def installed(self, view) -> None:
+        self.done = None  # a newer view releases the members of our last flush
         if self.flushed is None or self.flushed < view.view_id:
             self.flushed = None
             self.release()
 
     def release(self) -> None:
-        """Sending resumes (a newer view was installed, or the flush was abandoned)."""
+        """Sending resumes (a newer view was installed, or the flush was ended without one)."""
         if self.block_timer is not None:
             self.block_timer.cancel()
             self.block_timer = None
-        self.coord = None
+        self.coord = self.fid = None
         if self.blocked:
             self.blocked = False
             self.gms.above.up_event(Writable("flush", True))

@@ -62,7 +62,8 @@ def cut(members, digests: dict, leaving=frozenset()) -> dict:
 
 from .gms_merge import INSTALL_MERGE, MERGE_REQ, MERGE_RSP  # noqa: E402  (types 8-10)
 
-from .flush import FLUSH_CUT, FLUSH_DONE, FLUSH_OK, START_FLUSH, Flush  # noqa: E402  (types 11-12)
+from .flush import (FLUSH_CUT, FLUSH_DONE, FLUSH_OK, FLUSH_RESUME,  # noqa: E402  (types 11-15)
+                    START_FLUSH, Flush)
 
 JOIN_REQ, JOIN_RSP, LEAVE_REQ, VIEW, VIEW_ACK, NOT_MEMBER, LEAVE_RSP, JOIN_DENIED = range(8)
 
@@ -441,6 +442,7 @@ class Gms(Layer):
         self.joins, self.leaves = {}, []
         members = [m for m in base if m not in leaves and m not in self.suspects] + joins
         if members == list(self.view.members) and not final:
+            self.flush.resume()  # nothing changed after all: the flushed members send again
             return
         if not members:  # the last members leave, we among them: no view to send
             self._dismiss([g for g in leaves if g != local])
@@ -606,6 +608,8 @@ class Gms(Layer):
             self.flush.on_cut(sender, h[1], h[2])
         elif typ == FLUSH_DONE:
             self.flush.on_done(sender, h[1])
+        elif typ == FLUSH_RESUME:
+            self.flush.on_resume(sender, h[1])
         elif typ == NOT_MEMBER:
             # [NOT_MEMBER, their view, the view of ours they heard of]: only about the view
             # we are in now (an INFO of ours that waited in a socket while its receiver was

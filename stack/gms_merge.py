@@ -57,7 +57,7 @@ class Merger:
     def installed(self, view: View) -> None:
         self.sightings = {}  # what we heard belonged to the view we had
         if isinstance(view, MergeView):
-            self._done()
+            self._done(merged=True)
 
     # -- leader -------------------------------------------------------------------------
     def check(self) -> None:
@@ -215,9 +215,10 @@ class Merger:
             self.timer.cancel()
             self.timer = None
 
-    def _done(self) -> None:
+    def _done(self, merged: bool = False) -> None:
         self.abort()
         g = self.gms
-        g.flush.release()  # a merge that did not happen must not leave sending stopped
+        if not merged:  # a merge that did not happen: our subgroup sends again in its view
+            g.flush.resume()
         if g.is_coord and (g.joins or g.leaves or g.suspects):
             g._schedule_view()

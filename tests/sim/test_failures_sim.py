@@ -41,7 +41,8 @@ def traffic(sim, h, members, seconds, rate=0.3):
 
 
 @pytest.mark.seeds(200)
-@pytest.mark.regressions(800024, 800247)  # a member that did not coordinate its view answered a merge
+@pytest.mark.regressions(800024, 800247,  # a member that did not coordinate its view answered a merge
+                         11000712)  # a member sent in the old view after its flush's cut
 def test_crashes_partitions_heals(sim_seed):
     sim = Simulation(sim_seed, buggify=True)
     rng = sim.rng

@@ -11,7 +11,7 @@ import pytest
 from raygroups.stack.address import Address
 from raygroups.stack.events import (Freeze, GetDigest, MemberDead, MergeDigest, MergeInfo,
                                     Unsuspect, Writable)
-from raygroups.stack.flush import FLUSH_CUT, FLUSH_DONE, FLUSH_OK, START_FLUSH
+from raygroups.stack.flush import FLUSH_CUT, FLUSH_DONE, FLUSH_OK, FLUSH_RESUME, START_FLUSH
 from raygroups.stack.gms import VIEW, VIEW_ACK, SendBlocked, cut
 from raygroups.stack.gms_merge import INSTALL_MERGE, MERGE_REQ, MERGE_RSP
 from raygroups.stack.message import INTERNAL, Message
@@ -284,26 +284,60 @@ def test_held_sends_are_not_released_by_the_flushed_view_itself():
     assert [m.payload for m in s.below.sent if m.dest is None] == [b"x"]
 
 
-def test_a_flush_whose_coordinator_vanished_unblocks_after_three_ack_timeouts():
+def test_a_member_whose_flush_coordinator_went_silent_never_sends_again_in_the_old_view():
+    """After 3 ack timeouts it takes another coordinator's flush (the next in line takes
+    over) but stays stopped: sending after the cut would deliver its messages in V at some
+    members and in V' at others. After 10 it leaves the view as a singleton and sends there."""
     s = member()
     s.up(start_flush(s, s.a, [s.a.uid, 1]))
     s.down(Message(None, b"x"))
     s.advance(2.99)
-    assert writable(s) == [False]
+    s.up(start_flush(s, s.c, [s.c.uid, 1]))  # C is not our flush coordinator (yet)
+    assert sent(s, FLUSH_OK, s.c) == []
     s.advance(0.02)
-    assert writable(s) == [False, True]
-    assert [m.payload for m in s.below.sent if m.dest is None] == [b"x"]
+    assert writable(s) == [False]  # silent coordinator: still stopped
+    s.up(start_flush(s, s.c, [s.c.uid, 2]))  # the next in line takes over
+    assert len(sent(s, FLUSH_OK, s.c)) == 1
+    s.advance(3.01)
+    s.advance(7.0)  # nothing came of it either: a singleton view, sending again
+    assert views(s)[-1].members == (s.local,) and writable(s)[-1] is True
+    assert [m.payload for m in s.below.sent if m.dest is None and m.payload == b"x"] == [b"x"]
+    assert s.gms.stats["excluded"] == 1
 
 
-def test_a_repeated_start_flush_rearms_the_block_timer():
+def test_a_repeated_start_flush_rearms_the_silence_timer():
     s = member()
     s.up(start_flush(s, s.a, [s.a.uid, 1]))
     s.advance(2.0)
     s.up(start_flush(s, s.a, [s.a.uid, 2]))  # the coordinator restarted its flush
     s.advance(2.0)
-    assert writable(s) == [False]
+    s.up(start_flush(s, s.c, [s.c.uid, 1]))
+    assert sent(s, FLUSH_OK, s.c) == []  # A is still our flush coordinator
     s.advance(1.01)
-    assert writable(s) == [False, True]
+    s.up(start_flush(s, s.c, [s.c.uid, 2]))
+    assert len(sent(s, FLUSH_OK, s.c)) == 1 and writable(s) == [False]
+
+
+def test_flush_resume_from_our_flush_coordinator_ends_the_flush():
+    s = member()
+    s.up(start_flush(s, s.a, [s.a.uid, 1]))
+    s.down(Message(None, b"x"))
+    for sender, fid in ((s.c, [s.a.uid, 1]), (s.a, [s.a.uid, 9])):  # not ours: ignored
+        s.up(Message(s.local, b"", INTERNAL, {5: [FLUSH_RESUME, fid]}, sender))
+    assert writable(s) == [False]
+    s.up(Message(s.local, b"", INTERNAL, {5: [FLUSH_RESUME, [s.a.uid, 1]]}, s.a))
+    assert writable(s) == [False, True] and s.gms.stats["flushes_resumed"] == 1
+    assert [m.payload for m in s.below.sent if m.dest is None] == [b"x"]
+
+
+def test_a_merge_that_did_not_happen_resumes_the_flushed_subgroup():
+    s = merge_leader()
+    run_flush(s)
+    [req] = sent(s, MERGE_REQ)
+    assert sent(s, FLUSH_RESUME) == []
+    s.advance(3.01)  # merge_timeout_s without an answer
+    assert sorted(m.dest for m in sent(s, FLUSH_RESUME)) == sorted([s.b, s.c])
+    assert writable(s)[-1] is True and not s.gms.busy
 
 
 def test_sends_beyond_max_held_raise_send_blocked():
