@@ -133,7 +133,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                      http_port=args.http_port, token=token,
                      ray_signal=not args.no_ray_signal, this_node=args.this_node,
                      timeout=args.timeout, follow_nodes=args.follow_nodes, wait=wait,
-                     progress=lambda s: _err(f"  {s}"))
+                     insecure=args.insecure, progress=lambda s: _err(f"  {s}"))
     if not wait:
         path = token_file(args)
         write_secret(path, token)
@@ -379,6 +379,9 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--no-wait", action="store_true",
                     help="with --follow-nodes: return at once, members start in the "
                          "background (a cluster's start command never fails for the group)")
+    up.add_argument("--insecure", action="store_true",
+                    help="no group key: unauthenticated, unencrypted packets (default: a "
+                         "random key, AES-GCM, handed to the members through Ray)")
     up.add_argument("--no-ray-signal", action="store_true",
                     help="do not use Ray as a second failure signal")
     up.add_argument("--timeout", type=float, default=120.0)

@@ -100,7 +100,7 @@ class Group:
                token: Optional[str] = None, ray_signal: bool = True, ray_poll_s: float = 0.1,
                max_restarts: int = -1, this_node: bool = False, timeout: float = 60.0,
                metrics_interval_s: float = 5.0, follow_nodes: bool = False,
-               wait: bool = True,
+               wait: bool = True, cluster_key: Any = None, insecure: bool = False,
                progress: Optional[Callable[[str], None]] = None) -> "Group":
         """Start the group's member actors (or attach to those that exist) and wait until
         they agree on one view.
@@ -113,6 +113,12 @@ class Group:
         the ``local`` preset on loopback and ``lan`` elsewhere. ``port``: member k of a node
         listens on ``port + k`` (default 7800; on loopback: free ports). ``token``: of the
         HTTP API's guarded endpoints (default: a random one, see ``http_token()``).
+        ``cluster_key``: the group's key (bytes, or a key ring ``[first, other, ...]``); by
+        default the key of the group's running members, or a new random one: every packet
+        is encrypted and authenticated with it (AES-GCM), and it travels only through Ray
+        (the member actors' specs; ``MemberActor.group_key``), never in logs, members files
+        or the HTTP API. ``insecure=True`` (with no key) runs the group unauthenticated, and
+        every member says so in a warning when it starts.
         ``ray_signal``: Ray as a second failure signal. ``max_restarts``: Ray restarts a
         crashed member this often (-1: always); it rejoins with a fresh UUID.
         ``follow_nodes``: then a detached supervisor (actors/follower.py) keeps
@@ -129,13 +135,16 @@ class Group:
                              "not with members= or this_node")
         if not wait and not follow_nodes:
             raise ValueError("wait=False needs follow_nodes=True (a supervisor to wait)")
+        if insecure and cluster_key is not None:
+            raise ValueError("insecure=True runs without a key: not with cluster_key")
         if not ray.is_initialized():
             ray.init()
         follow = dict(detached=detached, transport=transport, preset=preset,
                       discovery=discovery, config=config, stack_options=stack_options, port=port,
                       http=http, http_port=http_port, ray_signal=ray_signal,
                       ray_poll_s=ray_poll_s, max_restarts=max_restarts,
-                      timeout=min(timeout, 30.0), metrics_interval_s=metrics_interval_s)
+                      timeout=min(timeout, 30.0), metrics_interval_s=metrics_interval_s,
+                      cluster_key=cluster_key, insecure=insecure)
         if not wait:
             from .follower import start_follower
             follow["token"] = token or secrets.token_urlsafe(18)
@@ -160,6 +169,15 @@ class Group:
             got = g._gather({n: h.http_info.remote() for n, h in existing.items()}, 10.0)
             token = next((v["token"] for v in got.values() if v and v.get("token")), None)
         token = token or secrets.token_urlsafe(18)
+        if cluster_key is None and not insecure:
+            if existing:  # the running members' key: joiners must hold the same
+                got = g._gather({n: h.group_key.remote() for n, h in existing.items()}, 10.0)
+                cluster_key = next((k for k in got.values() if k), None)
+            if cluster_key is None and not existing:
+                cluster_key = secrets.token_bytes(32)
+        if cluster_key is not None:  # before the caller's own options, which may override
+            stack_options = {"cluster_key": cluster_key, "auth_mode": "aesgcm",
+                             **(stack_options or {})}
         ports, hosts = {}, []
         for s in every:
             inf = infos.get(s.name)
@@ -218,7 +236,8 @@ class Group:
         g._await_agreement(want, timeout, progress)
         if follow_nodes:
             from .follower import start_follower
-            start_follower(cluster, namespace, members_per_node, {**follow, "token": token})
+            start_follower(cluster, namespace, members_per_node,
+                           {**follow, "token": token, "cluster_key": cluster_key})
             _say(progress, "following Ray's nodes: a member on every node added later")
         return g
 

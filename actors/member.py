@@ -134,6 +134,10 @@ class MemberActor(QueueMethods):
     # -- lifecycle ------------------------------------------------------------------------
     async def _start(self) -> None:
         spec = self.spec
+        if spec.config.transport.cluster_key is None:
+            self.log.warning("insecure: this member sends and accepts unauthenticated, "
+                             "unencrypted packets (launched with insecure=True); any process "
+                             "that reaches its port can join, read and inject")
         if spec.http:
             from .http_api import HttpApi
             self.http = HttpApi(self, spec.config.transport.bind_addr, spec.http_port, spec.token)
@@ -634,6 +638,11 @@ class MemberActor(QueueMethods):
                          "discovery": (getattr(getattr(self.spec.config, "store", None), "url",
                                                None) or self.spec.config.discovery.mode)}
         return out
+
+    def group_key(self):
+        """The group's key (None: an insecure group). Only for callers that reach the actor
+        through Ray, i.e. Ray-authenticated processes (Group.launch, for new members)."""
+        return self.spec.config.transport.cluster_key
 
     def http_info(self) -> dict:
         """Where the HTTP API listens and its token (callers that reach the actor through
