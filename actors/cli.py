@@ -9,6 +9,8 @@
     members CLUSTER    the view's members, a table or --json
     views CLUSTER      the view history; --follow: then every new view as it is installed
     probe CLUSTER      every member's state and attributes (like JGroups' probe), or --json
+    rotate-key CLUSTER replace the group's key with a new random one while it runs (no
+                       restart, no view change); prints the new key's id, never the key
     list               the groups that have member actors
     bootstrap generate CLUSTER   a bootstrap members file for the live Ray nodes (JGroups
                                  cloud-store discovery)
@@ -176,6 +178,17 @@ def cmd_down(args: argparse.Namespace) -> int:
         print(json.dumps({"cluster": args.cluster, "members": names}))
     else:
         print(f"group {args.cluster!r} down ({len(names)} members)")
+    return 0
+
+
+def cmd_rotate_key(args: argparse.Namespace) -> int:
+    g = _group(args)
+    _err(f"rotating the key of {args.cluster!r} on {len(g.member_names())} members ...")
+    kid = g.rotate_key(timeout=args.timeout)
+    if args.json:
+        print(json.dumps({"cluster": args.cluster, "key_id": kid}))
+    else:
+        print(f"group {args.cluster!r} now seals with a new key (key id {kid})")
     return 0
 
 
@@ -393,6 +406,13 @@ def parser() -> argparse.ArgumentParser:
     down.add_argument("--timeout", type=float, default=15.0)
     down.add_argument("--json", action="store_true")
     down.set_defaults(fn=cmd_down)
+
+    rk = sub.add_parser("rotate-key", help="replace the group's key while it runs")
+    rk.add_argument("cluster")
+    rk.add_argument("--timeout", type=float, default=30.0,
+                    help="seconds each member has to take each step")
+    rk.add_argument("--json", action="store_true")
+    rk.set_defaults(fn=cmd_rotate_key)
 
     mem = sub.add_parser("members", help="the view's members")
     mem.add_argument("cluster")

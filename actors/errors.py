@@ -1,7 +1,7 @@
 """Typed errors of the Group handle and the member actors.
 
 ``JoinTimeout``, ``JoinRejected`` and ``GroupClosed`` are the stack's own (re-exported here); ``NotMember`` and
-``NoSuchGroup`` are new. Every one derives from ``raygroups.stack.RaygroupsError``, and none
+``NoSuchGroup`` and ``RotationIncomplete`` are new. Every one derives from ``raygroups.stack.RaygroupsError``, and none
 wraps a Ray exception or carries an actor handle.
 """
 from __future__ import annotations
@@ -19,4 +19,11 @@ class NoSuchGroup(GroupClosed):
     """No member actor of this group exists (never launched, or shut down)."""
 
 
-__all__ = ["GroupClosed", "JoinRejected", "JoinTimeout", "NoSuchGroup", "NotMember", "RaygroupsError"]
+class RotationIncomplete(RaygroupsError):
+    """A key rotation stopped part way: a member did not take a step in time. The group
+    keeps working (every member accepts every key of the ring it holds); calling
+    ``Group.rotate_key`` again finishes the stopped rotation before it starts a new one."""
+
+
+__all__ = ["GroupClosed", "JoinRejected", "JoinTimeout", "NoSuchGroup", "NotMember", "RaygroupsError",
+           "RotationIncomplete"]

@@ -31,9 +31,12 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from raygroups.stack import RaygroupsError, StackConfig
+from raygroups.stack.auth import as_ring, key_id
 from raygroups.stack.runtime.ports import free_port
 
-from .errors import GroupClosed, JoinRejected, JoinTimeout, NoSuchGroup, NotMember
+from .errors import (GroupClosed, JoinRejected, JoinTimeout, NoSuchGroup, NotMember,
+                     RotationIncomplete)
+from .group_key import delete_ring, member_ring, read_ring, ring_ids, write_ring
 from .member import MemberActor, MemberSpec
 from .placement import (DEFAULT_PORT, NAMESPACE, actor_name, alive_nodes,
                         is_loopback, member_of, plan, stack_config)
@@ -52,6 +55,26 @@ def _member_class():
 def _unwrap(e: RayTaskError) -> BaseException:
     cause = getattr(e, "cause", None)
     return cause if isinstance(cause, BaseException) else e
+
+
+def _stored_ring(namespace: str, cluster: str) -> Optional[list]:
+    """The group's key ring in Ray's KV; None when none is stored or the KV is unreachable."""
+    try:
+        return read_ring(namespace, cluster)
+    except Exception:
+        return None
+
+
+def _took(ref) -> bool:
+    """The member took the key step (it answered), or its actor is gone: a restarted
+    actor reads the step from Ray's KV, where it was written first."""
+    try:
+        ray.get(ref)
+        return True
+    except RayActorError:
+        return True
+    except Exception:
+        return False
 
 
 def _say(progress: Optional[Callable[[str], None]], text: str) -> None:
@@ -139,14 +162,26 @@ class Group:
             raise ValueError("insecure=True runs without a key: not with cluster_key")
         if not ray.is_initialized():
             ray.init()
+        stored = _stored_ring(namespace, cluster)
+        if stored is not None and cluster not in cls.list_groups(namespace):
+            stored = None  # left by an earlier group of this name, which is gone
+        if not insecure and cluster_key is not None and stored is not None:
+            try:  # a key the group still accepts: take the whole current ring
+                cluster_key = member_ring(cluster_key, stored, restarted=False)
+            except ValueError as e:
+                raise JoinRejected(str(e)) from None
+        elif not insecure and cluster_key is None:
+            cluster_key = stored
         follow = dict(detached=detached, transport=transport, preset=preset,
                       discovery=discovery, config=config, stack_options=stack_options, port=port,
                       http=http, http_port=http_port, ray_signal=ray_signal,
                       ray_poll_s=ray_poll_s, max_restarts=max_restarts,
                       timeout=min(timeout, 30.0), metrics_interval_s=metrics_interval_s,
-                      cluster_key=cluster_key, insecure=insecure)
+                      cluster_key=None, insecure=insecure)  # the key: from Ray's KV
         if not wait:
             from .follower import start_follower
+            if cluster_key is not None and stored is None:
+                write_ring(namespace, cluster, cluster_key)
             follow["token"] = token or secrets.token_urlsafe(18)
             start_follower(cluster, namespace, members_per_node, follow)
             _say(progress, "following Ray's nodes: members start in the background")
@@ -175,6 +210,10 @@ class Group:
                 cluster_key = next((k for k in got.values() if k), None)
             if cluster_key is None and not existing:
                 cluster_key = secrets.token_bytes(32)
+        if cluster_key is not None and stored is None:
+            write_ring(namespace, cluster, cluster_key)
+        elif insecure and not existing:
+            delete_ring(namespace, cluster)  # left by an earlier group of this name
         if cluster_key is not None:  # before the caller's own options, which may override
             stack_options = {"cluster_key": cluster_key, "auth_mode": "aesgcm",
                              **(stack_options or {})}
@@ -236,8 +275,7 @@ class Group:
         g._await_agreement(want, timeout, progress)
         if follow_nodes:
             from .follower import start_follower
-            start_follower(cluster, namespace, members_per_node,
-                           {**follow, "token": token, "cluster_key": cluster_key})
+            start_follower(cluster, namespace, members_per_node, {**follow, "token": token})
             _say(progress, "following Ray's nodes: a member on every node added later")
         return g
 
@@ -561,6 +599,38 @@ class Group:
     async def status_urls_async(self) -> dict:
         return await asyncio.to_thread(self.status_urls)
 
+    def rotate_key(self, new_key: Optional[bytes] = None, timeout: float = 30.0) -> str:
+        """Replace the group's key with ``new_key`` (default: a new random 256-bit key) while
+        it runs: no restart, no view change, no message lost. Three steps (``stack/auth.py``),
+        each written to Ray's KV first (a member that Ray restarts meanwhile takes it from
+        there) and then applied to every member: ``[old, new]`` (everyone accepts the new
+        key), ``[new, old]`` (everyone seals with it), ``[new]``. Returns the new key's id
+        (hex; never the key). A member that does not answer within ``timeout`` s stops the
+        rotation with RotationIncomplete; calling again finishes it. ValueError for an
+        insecure group."""
+        ring = _stored_ring(self.namespace, self.cluster)
+        if ring is None:
+            got = self._gather(self._each("group_key"), timeout)
+            ring = next((as_ring(k) for k in got.values() if k), None)
+        if ring is None:
+            raise ValueError(f"group {self.cluster!r} runs insecure: it has no key to rotate")
+        new = as_ring(new_key)[0] if new_key is not None else secrets.token_bytes(32)
+        steps = ([ring] if len(ring) > 1 else []) + [[ring[0], new], [new, ring[0]], [new]]
+        for k, step in enumerate(steps, 1):
+            write_ring(self.namespace, self.cluster, step)
+            refs = self._each("set_group_key", step)
+            ready, late = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout)
+            failed = sorted(n for n, r in refs.items() if r in late or not _took(r))
+            if failed:
+                raise RotationIncomplete(
+                    f"members {failed} did not take step {k} of {len(steps)} of the key "
+                    f"rotation (key ids {ring_ids(step)}); rotate_key again finishes it")
+        return key_id(new).hex()
+
+    async def rotate_key_async(self, new_key: Optional[bytes] = None,
+                               timeout: float = 30.0) -> str:
+        return await asyncio.to_thread(self.rotate_key, new_key, timeout)
+
     def http_token(self) -> str:
         """The bearer token of the members' guarded HTTP endpoints."""
         return self._call("http_info")["token"]
@@ -739,6 +809,10 @@ class Group:
         A node follower (``follow_nodes``) is stopped first."""
         from .follower import stop_follower
         stop_follower(self.cluster, self.namespace)
+        try:
+            delete_ring(self.namespace, self.cluster)
+        except Exception:  # the GCS unreachable: the ring goes with the cluster
+            pass
         self._gather(self._each("close", min(5.0, timeout)), timeout)
         for h in [h for h in self._handles.values() if h is not None]:
             try:

@@ -24,17 +24,19 @@ import asyncio
 import collections
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 import ray
 
 from raygroups.stack import Channel, JoinRejected, JoinTimeout, StackConfig, ViewChange
+from raygroups.stack.auth import as_ring
 from raygroups.stack.discovery.members_file import uid_to_text
 from raygroups.stack.events import GetPhysical, MemberDead, Suspect, Unsuspect
 
 from . import logs
 from .errors import NotMember
+from .group_key import member_ring, read_ring, ring_ids
 from .metrics import MetricsExporter, dropped, figures
 from .placement import NAMESPACE, actor_name
 from .queue import QueueHost, QueueMethods
@@ -159,7 +161,53 @@ class MemberActor(QueueMethods):
             self._tasks.append(asyncio.create_task(self.signal.run()))
         if spec.wait_for:
             await self._wait_for_founder(spec.wait_for)
+        if not await self._take_group_key():
+            return
         await self._join_until_member()
+
+    async def _take_group_key(self) -> bool:
+        """The group's current key ring from Ray's KV (actors/group_key.py) replaces the one
+        this actor was created with when a rotation went on since; False (and the member
+        refused for good) when a fresh member holds a key the group does not use."""
+        loop = asyncio.get_running_loop()
+        given = self.spec.config.transport.cluster_key
+        try:
+            stored = await loop.run_in_executor(None, read_ring, self.spec.namespace,
+                                                self.spec.cluster)
+        except Exception as e:  # the GCS unreachable: start with the key we were given
+            self.log.warning("group key not read from Ray's KV: %s", type(e).__name__)
+            return True
+        if self.spec.config.transport.cluster_key is not given:
+            return True  # a rotation step (set_group_key) came meanwhile: newer than the read
+        try:
+            ring = member_ring(given, stored, self.restarts > 0)
+        except ValueError as e:
+            self.state, self.error, self.rejected = "rejected", str(e), JoinRejected(str(e))
+            self.log.error("%s", e)
+            self._join_done.set()
+            return False
+        if ring is not given:
+            self._set_spec_key(ring)
+            self.log.info("took the group's key ring from Ray's KV (key ids %s)", ring_ids(ring))
+        return True
+
+    def _set_spec_key(self, ring) -> None:
+        """Later channels (a rejoin) start with ``ring``."""
+        cfg = self.spec.config
+        self.spec.config = replace(cfg, transport=replace(cfg.transport, cluster_key=ring))
+
+    def set_group_key(self, ring) -> list:
+        """One step of a key rotation (``Group.rotate_key``): this member seals with the
+        ring's first key from now on and accepts any of its keys; a rejoin uses it too.
+        Returns the ring's key ids (hex), never the keys."""
+        if self.spec.config.transport.cluster_key is None:
+            raise ValueError("an insecure member has no key to rotate")
+        ring = as_ring(ring)
+        if self.channel is not None and self.channel.stack is not None:
+            self.channel.set_cluster_key(ring)
+        self._set_spec_key(ring)
+        self.log.info("key ring now %s", ring_ids(ring))
+        return ring_ids(ring).split(",")
 
     async def _wait_for_founder(self, name: str) -> None:
         loop = asyncio.get_running_loop()
@@ -639,10 +687,12 @@ class MemberActor(QueueMethods):
                                                None) or self.spec.config.discovery.mode)}
         return out
 
-    def group_key(self):
-        """The group's key (None: an insecure group). Only for callers that reach the actor
-        through Ray, i.e. Ray-authenticated processes (Group.launch, for new members)."""
-        return self.spec.config.transport.cluster_key
+    def group_key(self) -> Optional[list]:
+        """The group's key ring, first key first (None: an insecure group). Only for callers
+        that reach the actor through Ray, i.e. Ray-authenticated processes (Group.launch, for
+        new members)."""
+        key = self.spec.config.transport.cluster_key
+        return None if key is None else as_ring(key)
 
     def http_info(self) -> dict:
         """Where the HTTP API listens and its token (callers that reach the actor through

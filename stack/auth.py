@@ -33,8 +33,12 @@ key, senders seal with the first):
    still accept it);
 3. everywhere, drop the old key: ``[new]``.
 
-Each step may be rolled out member by member (a rolling restart); the group keeps working
-throughout because every member accepts both keys during steps 1-2.
+Each step may be rolled out member by member (a rolling restart, or live with
+``Channel.set_cluster_key``, which swaps a running member's ring in place); the group keeps
+working throughout because every member accepts both keys during steps 1-2. A packet sealed
+with the old key that is still in flight after step 3 is dropped (``dropped_auth``) and its
+sender's reliability layer sends it again, sealed with the new key. On Ray,
+``Group.rotate_key`` (``raygroups rotate-key``) runs the three steps over every member.
 """
 from __future__ import annotations
 
@@ -68,7 +72,8 @@ class AuthError(Exception):
         self.reason = reason
 
 
-def _as_ring(keys: KeyRing) -> list[bytes]:
+def as_ring(keys: KeyRing) -> list[bytes]:
+    """A key or key ring as a list of bytes (ValueError when empty or not bytes/str)."""
     if isinstance(keys, (bytes, bytearray, str)):
         keys = [keys]
     ring = []
@@ -106,18 +111,26 @@ class Auth:
         self.window = window
         self.mask = (1 << window) - 1
         self.max_senders = max_senders
-        ring = _as_ring(keys)
-        label = b"raygroups hmac v1" if mode == "hmac" else b"raygroups aesgcm v1"
-        # key id -> derived key material (HMAC key, or AES master key)
-        self.ring: dict[bytes, bytes] = {}
-        for k in ring:
-            self.ring.setdefault(key_id(k), _hkdf(k, label))
-        self.send_id = key_id(ring[0])
+        self.label = b"raygroups hmac v1" if mode == "hmac" else b"raygroups aesgcm v1"
+        self.ciphers: OrderedDict[tuple, AESGCM] = OrderedDict()  # (key id, uid) -> AESGCM
+        self.set_keys(keys)
         self.tag_len = HMAC_TAG if mode == "hmac" else GCM_TAG
         self.overhead = HEADER.size + self.tag_len
         self.counter = 0
         self.windows: OrderedDict[bytes, list] = OrderedDict()  # uid -> [highest, bitmap]
-        self.ciphers: OrderedDict[tuple, AESGCM] = OrderedDict()  # (key id, uid) -> AESGCM
+
+    def set_keys(self, keys: KeyRing) -> None:
+        """Replace the key ring in place (live rotation): the next packet is sealed with the
+        new first key; the counter and the replay windows go on, so a packet seen under the
+        old ring is still a replay under the new one."""
+        ring = as_ring(keys)
+        # key id -> derived key material (HMAC key, or AES master key)
+        self.ring: dict[bytes, bytes] = {}
+        for k in ring:
+            self.ring.setdefault(key_id(k), _hkdf(k, self.label))
+        self.send_id = key_id(ring[0])
+        for stale in [c for c in self.ciphers if c[0] not in self.ring]:
+            del self.ciphers[stale]
 
     # -- sending ------------------------------------------------------------------------
     def seal(self, bundle: bytes) -> bytes:

@@ -124,6 +124,16 @@ class Channel:
             out["runtime"] = dict(self.runtime.stats)
         return out
 
+    def set_cluster_key(self, keys) -> None:
+        """Swap this member's key ring live (one step of a rotation, ``stack/auth.py``):
+        the next packet is sealed with the new first key; packets under any ring key open.
+        ValueError for a channel that runs without a key (that is a restart, not a swap)."""
+        auth = self.stack.transport.auth if self.stack is not None else None
+        if auth is None:
+            raise ValueError("this channel runs without a cluster key: a key ring can only "
+                             "be swapped on an authenticated channel")
+        auth.set_keys(keys)
+
     def report_dead(self, addr, reason: str = "external") -> None:
         """An external failure signal (e.g. Ray reports the member's actor or node dead):
         sent down as ``MemberDead`` to SWIM, which spreads it as a REMOVE rumor; GMS excludes

@@ -168,6 +168,41 @@ def test_key_rotation_with_a_ring():
     assert n0.layer.auth.send_id == key_id(old) and n2.layer.auth.send_id == key_id(new)
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_a_live_ring_swap_keeps_counters_and_replay_windows(mode):
+    """``Auth.set_keys`` (Channel.set_cluster_key): the three rotation steps on running
+    members, no restart; a packet captured before a swap is still a replay after it, and one
+    sealed with a dropped key no longer opens."""
+    old, new = b"old key", b"new key"
+    a, b = pair(old, old, mode)
+    before = send(a, b, b"under old")
+    for p in before:
+        b.layer.receive(p)
+    sent = {}
+    for step in ([old, new], [new, old], [new]):
+        b.layer.auth.set_keys(step)
+        sent[len(sent)] = ok = send(a, b, b"x")  # a lags one step behind b: still works
+        for p in ok:
+            b.layer.receive(p)
+        a.layer.auth.set_keys(step)
+    assert delivered(b) == [b"under old", b"x", b"x", b"x"]
+    assert a.layer.auth.send_id == key_id(new) and list(a.layer.auth.ring) == [key_id(new)]
+    for p in sent[2]:  # sealed with the new key before the last swap: still a replay after it
+        b.layer.receive(p)
+    assert b.layer.stats["dropped_replay"] == len(sent[2])
+    for p in before:  # sealed with the dropped key: no longer opens at all
+        b.layer.receive(p)
+    assert b.layer.stats["dropped_auth"] == len(before)
+    assert delivered(b) == [b"under old", b"x", b"x", b"x"]
+    stale = node("S", old, mode, 3)
+    b.ctx.book.add(stale.local)
+    stale.down_event(AddPhysical(b.local, ("10.0.0.9", 1)))
+    for p in send(stale, b, b"stale"):
+        b.layer.receive(p)
+    assert b.layer.stats["dropped_auth"] > len(before) and b"stale" not in delivered(b)
+    assert a.layer.auth.counter == 4  # the counter went on through the swaps
+
+
 def test_the_replay_window_accepts_reordering_within_it():
     auth_a, auth_b = Auth(b"k", local_uid=b"A" * 16), Auth(b"k", local_uid=b"B" * 16, window=64)
     ps = [None] + [auth_a.seal(b"x%d" % i) for i in range(1, 200)]  # counters 1..199
