@@ -128,11 +128,16 @@ def cmd_up(args: argparse.Namespace) -> int:
     if not wait and not args.follow_nodes:
         _err("raygroups up: --no-wait needs --follow-nodes")
         return 2
+    if bool(args.http_cert) != bool(args.http_key):
+        _err("raygroups up: --http-cert and --http-key go together")
+        return 2
+    tls = (args.http_cert, args.http_key) if args.http_cert else None
     token = args.token or (None if wait else secrets.token_urlsafe(18))
     g = Group.launch(args.cluster, args.members_per_node, members=args.members,
                      namespace=args.namespace, detached=True, transport=args.transport,
                      preset=args.preset, discovery=args.discovery, port=args.port,
-                     http_port=args.http_port, token=token,
+                     http_port=args.http_port, http_host=args.http_host,
+                     http_auth=args.http_auth, http_tls=tls, token=token,
                      ray_signal=not args.no_ray_signal, this_node=args.this_node,
                      timeout=args.timeout, follow_nodes=args.follow_nodes, wait=wait,
                      insecure=args.insecure, progress=lambda s: _err(f"  {s}"))
@@ -384,6 +389,12 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--port", type=int, default=None, help="member k of a node: port+k "
                     "(default 7800; free ports on loopback)")
     up.add_argument("--http-port", type=int, default=0, help="HTTP API port (0: any)")
+    up.add_argument("--http-host", default=None, help="where the HTTP API listens: "
+                    "'node' (the node's address), or an address (default 127.0.0.1)")
+    up.add_argument("--http-auth", choices=["debug", "all"], default="debug",
+                    help="'all': reads and the status page need the token too")
+    up.add_argument("--http-cert", default=None, help="PEM certificate: serve HTTPS")
+    up.add_argument("--http-key", default=None, help="PEM key of --http-cert")
     up.add_argument("--token", default=None, help="HTTP API token (default: random)")
     up.add_argument("--token-file", default=None, help="where to keep the HTTP token (0600; "
                     "default ~/.raygroups/<namespace>.<cluster>.token)")

@@ -36,6 +36,7 @@ from raygroups.stack.runtime.ports import free_port
 
 from .errors import (GroupClosed, JoinRejected, JoinTimeout, NoSuchGroup, NotMember,
                      RotationIncomplete)
+from .http_api import AUTH_MODES
 from .group_key import delete_ring, member_ring, read_ring, ring_ids, write_ring
 from .member import MemberActor, MemberSpec
 from .placement import (DEFAULT_PORT, NAMESPACE, actor_name, alive_nodes,
@@ -120,7 +121,8 @@ class Group:
                preset: Optional[str] = None, discovery: Optional[str] = None,
                config: Optional[StackConfig] = None, stack_options: Optional[dict] = None,
                port: Optional[int] = None, http: bool = True, http_port: int = 0,
-               token: Optional[str] = None, ray_signal: bool = True, ray_poll_s: float = 0.1,
+               http_host: Optional[str] = None, http_auth: str = "debug",
+               http_tls: Optional[tuple] = None, token: Optional[str] = None, ray_signal: bool = True, ray_poll_s: float = 0.1,
                max_restarts: int = -1, this_node: bool = False, timeout: float = 60.0,
                metrics_interval_s: float = 5.0, follow_nodes: bool = False,
                wait: bool = True, cluster_key: Any = None, insecure: bool = False,
@@ -134,8 +136,11 @@ class Group:
         ``transport``/``preset``/``discovery``/``config``/``stack_options``: the stack
         (``placement.stack_config``); default: static discovery of every member's address,
         the ``local`` preset on loopback and ``lan`` elsewhere. ``port``: member k of a node
-        listens on ``port + k`` (default 7800; on loopback: free ports). ``token``: of the
-        HTTP API's guarded endpoints (default: a random one, see ``http_token()``).
+        listens on ``port + k`` (default 7800; on loopback: free ports). The HTTP API
+        (``http``): on ``http_port + k`` (0: any free port), on 127.0.0.1 unless ``http_host``
+        asks for "node" (the node's address) or another address; ``token``: of its guarded
+        endpoints (default: a random one, see ``http_token()``); ``http_auth="all"``: reads
+        and the status page need the token too; ``http_tls=(certfile, keyfile)``: HTTPS.
         ``cluster_key``: the group's key (bytes, or a key ring ``[first, other, ...]``); by
         default the key of the group's running members, or a new random one: every packet
         is encrypted and authenticated with it (AES-GCM), and it travels only through Ray
@@ -160,6 +165,10 @@ class Group:
             raise ValueError("wait=False needs follow_nodes=True (a supervisor to wait)")
         if insecure and cluster_key is not None:
             raise ValueError("insecure=True runs without a key: not with cluster_key")
+        if http_auth not in AUTH_MODES:
+            raise ValueError(f"http_auth must be one of {AUTH_MODES}, not {http_auth!r}")
+        if http_tls is not None and len(http_tls) != 2:
+            raise ValueError("http_tls is (certfile, keyfile)")
         if not ray.is_initialized():
             ray.init()
         stored = _stored_ring(namespace, cluster)
@@ -174,7 +183,8 @@ class Group:
             cluster_key = stored
         follow = dict(detached=detached, transport=transport, preset=preset,
                       discovery=discovery, config=config, stack_options=stack_options, port=port,
-                      http=http, http_port=http_port, ray_signal=ray_signal,
+                      http=http, http_port=http_port, http_host=http_host,
+                      http_auth=http_auth, http_tls=http_tls, ray_signal=ray_signal,
                       ray_poll_s=ray_poll_s, max_restarts=max_restarts,
                       timeout=min(timeout, 30.0), metrics_interval_s=metrics_interval_s,
                       cluster_key=None, insecure=insecure)  # the key: from Ray's KV
@@ -246,6 +256,8 @@ class Group:
             _supervise(cfg, s.node_id, detached, supervised)
             spec = MemberSpec(cluster, s.name, cfg, namespace=namespace, http=http,
                               http_port=http_port + s.k if http_port else 0, token=token,
+                              http_host=http_host, http_auth=http_auth,
+                              http_tls=tuple(http_tls) if http_tls else None,
                               ray_signal=ray_signal,
                               ray_poll_s=ray_poll_s, metrics_interval_s=metrics_interval_s,
                               extra={"detached": detached})

@@ -1,7 +1,8 @@
 """The HTTP API of a member (the gossip design's REST endpoints) and its status page.
 
-aiohttp, served from the member actor's own event loop, bound to the member's address
-(127.0.0.1 in local mode). JSON everywhere but ``/`` (the status page, ``status_page.py``).
+aiohttp, served from the member actor's own event loop, on 127.0.0.1 unless the member's
+``http_host`` asks for its node's address or another (see below). JSON everywhere but ``/``
+(the status page, ``status_page.py``).
 
 ``GET /``: the status page (HTML): members, states, view history, suspicions, traffic;
 it refreshes every second from ``/membership/status``.
@@ -25,13 +26,21 @@ With the token:
   for N s (at most 600)
 
 The token (``Authorization: Bearer <token>``) guards every endpoint that changes the member
-or reveals its internals; without it, or with a wrong one: 401. Reads are open.
+or reveals its internals; without it, or with a wrong one: 401. Reads are open unless
+``auth="all"`` (``Group.launch(http_auth="all")``): then every endpoint needs the token,
+the status page too; a browser opens ``/?token=<token>`` once, which sets the token as an
+HttpOnly, SameSite=Strict cookie and redirects to ``/`` (the token leaves the address bar).
+
+Where it listens: ``host`` (the member actor passes 127.0.0.1 unless ``http_host`` asks for
+the node's address or another one). ``tls=(certfile, keyfile)``: HTTPS with that
+certificate (PEM files readable on the member's node); the URLs are then ``https://``.
 """
 from __future__ import annotations
 
 import hmac
 import json
 import logging
+import ssl
 from typing import Any, Optional
 
 from aiohttp import web
@@ -48,17 +57,47 @@ def _json(data: Any, status: int = 200) -> web.Response:
                         headers={"Cache-Control": "no-store"})
 
 
+AUTH_MODES = ("debug", "all")
+COOKIE = "raygroups_token"
+
+
+def tls_context(tls: Optional[tuple]) -> Optional[ssl.SSLContext]:
+    """A server context from ``(certfile, keyfile)``; None for plain HTTP. Raises ValueError
+    naming the file when the certificate or key cannot be loaded."""
+    if tls is None:
+        return None
+    cert, key = tls
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        ctx.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as e:
+        raise ValueError(f"TLS certificate {cert!r} / key {key!r} not loaded: "
+                         f"{type(e).__name__}") from None
+    return ctx
+
+
 class HttpApi:
-    def __init__(self, member: Any, host: str, port: int = 0, token: str = ""):
+    def __init__(self, member: Any, host: str, port: int = 0, token: str = "",
+                 auth: str = "debug", tls: Optional[tuple] = None):
+        if auth not in AUTH_MODES:
+            raise ValueError(f"http_auth must be one of {AUTH_MODES}, not {auth!r}")
+        if auth == "all" and not token:
+            raise ValueError('http_auth="all" needs a token')
         self.member, self.host, self.port, self.token = member, host, port, token
+        self.auth = auth
+        self.ssl = tls_context(tls)
         self.runner: Optional[web.AppRunner] = None
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}/"
+        scheme = "https" if self.ssl is not None else "http"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{scheme}://{host}:{self.port}/"
 
     async def start(self) -> None:
-        app = web.Application(middlewares=[self._errors])
+        middlewares = [self._errors] + ([self._all_need_token] if self.auth == "all" else [])
+        app = web.Application(middlewares=middlewares)
         r = app.router
         r.add_get("/", self.page)
         r.add_get("/membership/size", self.size)
@@ -72,7 +111,7 @@ class HttpApi:
         r.add_post("/membership/debug/pause", self.pause)
         self.runner = web.AppRunner(app, access_log=None)
         await self.runner.setup()
-        site = web.TCPSite(self.runner, self.host, self.port)
+        site = web.TCPSite(self.runner, self.host, self.port, ssl_context=self.ssl)
         await site.start()
         self.port = self.runner.addresses[0][1]
         log.info("HTTP API at %s", self.url)
@@ -93,17 +132,36 @@ class HttpApi:
             log.warning("%s %s: %s", request.method, request.path, e)
             return _json({"error": type(e).__name__, "detail": str(e)}, status=409)
 
+    @web.middleware
+    async def _all_need_token(self, request: web.Request, handler) -> web.StreamResponse:
+        """``auth="all"``: the token on every request (header or cookie); ``/?token=`` sets
+        the cookie for a browser."""
+        given = request.query.get("token")
+        if request.path == "/" and given is not None and self._matches(given):
+            resp = web.HTTPSeeOther("/")
+            resp.set_cookie(COOKIE, self.token, httponly=True, samesite="Strict",
+                            secure=self.ssl is not None, path="/")
+            raise resp
+        self._require_token(request)
+        return await handler(request)
+
+    def _matches(self, value: str) -> bool:
+        return bool(self.token) and hmac.compare_digest(value.strip().encode(),
+                                                        self.token.encode())
+
     def _authorized(self, request: web.Request) -> bool:
         got = request.headers.get("Authorization", "")
         scheme, _, value = got.partition(" ")
-        return bool(self.token) and scheme.lower() == "bearer" and \
-            hmac.compare_digest(value.strip().encode(), self.token.encode())
+        if scheme.lower() == "bearer" and self._matches(value):
+            return True
+        return self.auth == "all" and self._matches(request.cookies.get(COOKIE, ""))
 
     def _require_token(self, request: web.Request) -> None:
         if not self._authorized(request):
             raise web.HTTPUnauthorized(
                 text=json.dumps({"error": "unauthorized",
-                                 "detail": "this endpoint needs Authorization: Bearer <token>"}),
+                                 "detail": "this endpoint needs Authorization: Bearer <token> "
+                                           "(a browser: /?token=<token>)"}),
                 content_type="application/json",
                 headers={"WWW-Authenticate": 'Bearer realm="raygroups"'})
 

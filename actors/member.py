@@ -58,6 +58,15 @@ class MemberSpec:
     """0: any free port (see ``info()["http_url"]``)."""
     token: str = ""
     """Bearer token of the HTTP API's debug and state-changing endpoints."""
+    http_host: Optional[str] = None
+    """Where the HTTP API listens: None, 127.0.0.1 (this machine only); "node": the
+    member's node address (the stack's bind address), reachable from the cluster; or an
+    address."""
+    http_auth: str = "debug"
+    """"debug": the token guards the debug and state-changing endpoints, reads are open;
+    "all": every endpoint and the status page need it (``actors/http_api.py``)."""
+    http_tls: Optional[tuple] = None
+    """(certfile, keyfile), PEM paths on the member's node: serve HTTPS."""
     ray_signal: bool = True
     ray_poll_s: float = 0.1
     watchers: int = 2
@@ -142,10 +151,14 @@ class MemberActor(QueueMethods):
                              "that reaches its port can join, read and inject")
         if spec.http:
             from .http_api import HttpApi
-            self.http = HttpApi(self, spec.config.transport.bind_addr, spec.http_port, spec.token)
+            host = spec.http_host or "127.0.0.1"
+            if host == "node":
+                host = spec.config.transport.bind_addr
             try:
+                self.http = HttpApi(self, host, spec.http_port, spec.token, spec.http_auth,
+                                    spec.http_tls)
                 await self.http.start()
-            except OSError as e:
+            except (OSError, ValueError) as e:
                 self.log.warning("HTTP API not started: %s", e)
                 self.http = None
         if spec.metrics_interval_s > 0:

@@ -30,8 +30,8 @@ def available() -> bool:
 class Chromium:
     """``async with Chromium() as page: await page.goto(url); await page.eval("1+1")``."""
 
-    def __init__(self, binary: str = CHROMIUM):
-        self.binary = binary
+    def __init__(self, binary: str = CHROMIUM, flags: tuple = ()):
+        self.binary, self.flags = binary, list(flags)
         self.proc: Optional[subprocess.Popen] = None
         self.profile: Optional[str] = None
         self.session = None
@@ -41,7 +41,7 @@ class Chromium:
     async def __aenter__(self) -> "Chromium":
         import aiohttp
         self.profile = tempfile.mkdtemp(prefix="raygroups-chromium-")
-        self.proc = subprocess.Popen([self.binary, *FLAGS, f"--user-data-dir={self.profile}",
+        self.proc = subprocess.Popen([self.binary, *FLAGS, *self.flags, f"--user-data-dir={self.profile}",
                                       "about:blank"], stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL)
         port_file = os.path.join(self.profile, "DevToolsActivePort")

@@ -81,4 +81,6 @@ def test_ray_and_the_group_start_from_the_venv_once_in_the_background(config):
     # group never fails a node's start command, and the workers start nothing of raygroups
     assert args.command == "up" and args.follow_nodes and args.no_wait
     assert args.members_per_node == 1 and not args.this_node
+    # status pages reachable across the cluster, but every read needs the token
+    assert args.http_host == "node" and args.http_auth == "all"
     assert not any("raygroups " in c.replace("raygroups-venv", "") for c in workers)
