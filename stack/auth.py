@@ -145,15 +145,23 @@ class Auth:
         aes = self._cipher(self.send_id, self.local_uid)
         return header + aes.encrypt(self.counter.to_bytes(12, "big"), bundle, header)
 
-    def _cipher(self, kid: bytes, uid: bytes) -> AESGCM:
+    def _cipher(self, kid: bytes, uid: bytes, keep: bool = True) -> AESGCM:
+        """The sender's AES-GCM key, cached (LRU) when ``keep``: on receipt it is cached
+        only once a packet opened with it, so that forged sender uids cannot evict the
+        members' keys."""
         key = (kid, uid)
         c = self.ciphers.get(key)
         if c is None:
             sub = hmac.new(self.ring[kid], b"sender " + uid, hashlib.sha256).digest()
-            c = self.ciphers[key] = AESGCM(sub)
-            if len(self.ciphers) > self.max_senders:
-                self.ciphers.popitem(last=False)
+            c = AESGCM(sub)
+            if keep:
+                self._keep(key, c)
         return c
+
+    def _keep(self, key: tuple, c: AESGCM) -> None:
+        self.ciphers[key] = c
+        if len(self.ciphers) > self.max_senders:
+            self.ciphers.popitem(last=False)
 
     # -- receiving ----------------------------------------------------------------------
     def peek_sender(self, data: bytes) -> bytes:
@@ -181,11 +189,13 @@ class Auth:
                 raise AuthError("auth")
             bundle = view[hs:end]
         else:
+            c = self._cipher(kid, uid, keep=False)
             try:
-                bundle = self._cipher(kid, uid).decrypt(ctr.to_bytes(12, "big"), view[hs:],
-                                                        view[:hs])
+                bundle = c.decrypt(ctr.to_bytes(12, "big"), view[hs:], view[:hs])
             except InvalidTag:
                 raise AuthError("auth") from None
+            if (kid, uid) not in self.ciphers:
+                self._keep((kid, uid), c)
         self._mark(uid, ctr)
         return uid, bundle
 

@@ -2,13 +2,16 @@
 makes a key (AES-GCM) that travels only through Ray; a capture of the members' packets on
 loopback shows no plaintext and only sealed packets; a process that has the cluster name and
 the ports but not the key cannot join, and what it sends is dropped and counted while the
-group's view stays; ``insecure=True`` is the explicit way out (plaintext on the wire)."""
+group's view stays, its queue history is intact and the drops show on the status page;
+``insecure=True`` is the explicit way out (plaintext on the wire)."""
 import asyncio
+import json
 import os
 import socket
 import struct
 import threading
 import time
+import urllib.request
 
 import pytest
 
@@ -103,6 +106,10 @@ def test_insecure_is_explicit_and_then_plaintext(ray_session):
 def test_a_process_without_the_key_cannot_join_and_is_dropped_and_counted(ray_session):
     g = Group.launch(f"foreign-{os.getpid()}", members=3, timeout=60)
     try:
+        names = g.member_names()
+        q = g.queue("jobs", member=names[0])
+        published = [b"job-%d" % i for i in range(50)]
+        q.publish_many(published[:25])
         view = g.view()
         hosts = [(m["address"].rsplit(":", 1)[0], int(m["address"].rsplit(":", 1)[1]))
                  for m in g.members()]
@@ -122,10 +129,33 @@ def test_a_process_without_the_key_cannot_join_and_is_dropped_and_counted(ray_se
                                                             auth_mode="aesgcm"))):
             members, _ = asyncio.run(intrude(name, config))
             assert [a.name for a in members] == [name]
+        q.publish_many(published[25:])
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:  # and plain garbage
+            for host, port in hosts:
+                for _ in range(20):
+                    s.sendto(os.urandom(200), (host, port))
         assert g.view().view_id == view.view_id  # the group never changed its view
         dropped = sum(i["stats"]["transport"].get("dropped_auth", 0) for i in g.probe())
         assert dropped > 0, "the intruders' packets are counted"
         g.send(b"still fine")
         assert len(g.view().members) == 3
+        # the queue's history is intact: every job, once, through another member
+        got = []
+        q2 = g.queue("jobs", member=names[-1])
+        while len(got) < len(published):
+            for d in q2.acquire_many(len(published), timeout_s=20):
+                got.append(d.body)
+                d.accept()
+        assert sorted(got) == sorted(published)
+        # the drops are on each member's status page (its "dropped" table reads this)
+        url = g.status_urls()[names[0]]
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with urllib.request.urlopen(url + "membership/status", timeout=10) as r:
+                shown = json.loads(r.read())["dropped"]
+            if shown.get("unauthenticated", 0) >= 20 and shown.get("auth", 0) > 0:
+                break
+            time.sleep(0.2)
+        assert shown.get("unauthenticated", 0) >= 20 and shown.get("auth", 0) > 0, shown
     finally:
         g.shutdown()

@@ -203,6 +203,26 @@ def test_a_live_ring_swap_keeps_counters_and_replay_windows(mode):
     assert a.layer.auth.counter == 4  # the counter went on through the swaps
 
 
+def test_forged_senders_under_the_groups_key_id_do_not_evict_members_keys():
+    """A flood sealed with a wrong key under the group's (public) key id and random sender
+    uids: each packet fails its tag, and no forged uid takes a place in the cipher cache, so
+    the members' derived keys stay cached (bench/flood.py's hardest kind)."""
+    key, member_uid = b"group key", b"M" * 16
+    alice, bob = Auth(key, "aesgcm", member_uid, max_senders=4), Auth(key, "aesgcm", b"B" * 16)
+    bob.open(alice.seal(b"hello"))
+    cached = set(bob.ciphers)
+    forger = Auth(b"not the key", "aesgcm", b"F" * 16)
+    for i in range(100):
+        forger.local_uid = i.to_bytes(16, "big")
+        p = bytearray(forger.seal(b"x" * 40))
+        p[1:5] = key_id(key)  # claims the group's key id
+        with pytest.raises(AuthError) as e:
+            bob.open(bytes(p))
+        assert e.value.reason == "auth"
+    assert set(bob.ciphers) == cached
+    assert bob.open(alice.seal(b"still"))[1] == b"still"
+
+
 def test_the_replay_window_accepts_reordering_within_it():
     auth_a, auth_b = Auth(b"k", local_uid=b"A" * 16), Auth(b"k", local_uid=b"B" * 16, window=64)
     ps = [None] + [auth_a.seal(b"x%d" % i) for i in range(1, 200)]  # counters 1..199
