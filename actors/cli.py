@@ -312,7 +312,8 @@ def cmd_bootstrap(args: argparse.Namespace) -> int:
         text = json.dumps([{"name": e.name, "uuid": e.uid.hex(), "host": e.host,
                             "port": e.port, "coordinator": e.coord} for e in mf]) + "\n"
     if args.out:
-        with open(args.out, "w") as f:
+        from raygroups.stack.runtime.stores import private_opener
+        with open(args.out, "w", opener=private_opener) as f:
             f.write(text)
         _err(f"wrote {len(mf)} members to {args.out} (belongs at {mf.source} in the store)")
     else:

@@ -54,6 +54,15 @@ _executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
 _executor_lock = threading.Lock()
 
 
+def private_opener(path: str, flags: int) -> int:
+    """``open(..., opener=private_opener)``: a new file readable by its owner only (0600):
+    members files name every member's address, bootstrap files too."""
+    fd = os.open(path, flags, 0o600)
+    os.fchmod(fd, 0o600)  # also when it existed with wider permissions
+    return fd
+
+
+
 def executor() -> concurrent.futures.ThreadPoolExecutor:
     """The process's thread pool for blocking store calls."""
     global _executor
@@ -148,9 +157,9 @@ class DirectoryStore(RetryingStore):
         def op() -> str:
             d = self._dir(cluster)
             try:
-                os.makedirs(d, exist_ok=True)
+                os.makedirs(d, mode=0o700, exist_ok=True)
                 tmp = os.path.join(d, f".{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-                with open(tmp, "wb") as f:
+                with open(tmp, "wb", opener=private_opener) as f:
                     f.write(data)
             except OSError as e:
                 raise self._io(e) from e
@@ -189,7 +198,7 @@ class DirectoryStore(RetryingStore):
             if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV):
                 raise
         try:  # no hard links here: O_EXCL (the lock keeps our own writers out meanwhile)
-            fd = os.open(final, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            fd = os.open(final, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
         except FileExistsError:
             raise StoreConflict(f"{final} exists") from None
         with os.fdopen(fd, "wb") as f:
@@ -228,7 +237,7 @@ class _DirLock:
         import fcntl
         flags = os.O_RDWR | (os.O_CREAT if self.create else 0)
         try:
-            self.fd = os.open(self.path, flags, 0o644)
+            self.fd = os.open(self.path, flags, 0o600)
         except FileNotFoundError:
             if self.create:
                 raise
@@ -664,9 +673,9 @@ def write_members_file(spec: str, mf: MembersFile) -> str:
     if "://" not in spec or spec.startswith("file://"):
         path = unquote(urlsplit(spec).netloc + urlsplit(spec).path) if "://" in spec else spec
         d = os.path.dirname(os.path.abspath(path))
-        os.makedirs(d, exist_ok=True)
+        os.makedirs(d, mode=0o700, exist_ok=True)
         tmp = os.path.join(d, f".{os.path.basename(path)}.{uuid.uuid4().hex[:8]}.tmp")
-        with open(tmp, "wb") as f:
+        with open(tmp, "wb", opener=private_opener) as f:
             f.write(mf.encode())
         os.replace(tmp, path)
         return spec

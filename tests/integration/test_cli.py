@@ -113,8 +113,11 @@ def test_bootstrap_generate(ray_session, up, tmp_path):
     assert [(e["name"], e["host"], e["port"], e["coordinator"]) for e in entries] == \
         [("A", "10.0.0.1", 7800, True)]
     out = tmp_path / "1.list"
+    out.write_text("an older, world-readable copy")
+    out.chmod(0o644)
     cli(ray_session, "bootstrap", "generate", "orders", "--out", str(out))
     assert out.read_text().strip() == "A 1 127.0.0.1:7800 T"
+    assert out.stat().st_mode & 0o777 == 0o600
 
 
 def test_simulate_prints_figures():

@@ -50,6 +50,11 @@ def test_directory_store_files_and_outage(tmp_path):
     s.put("c", "1.list", b"A 1 10.0.0.1:7800 T\n", if_absent=True)
     assert sorted(os.listdir(root / "c")) == [".lock", "1.list"]  # no temporary files left
     assert (root / "c" / "1.list").read_bytes() == b"A 1 10.0.0.1:7800 T\n"
+    s.put("c", "2.list", b"B 2 10.0.0.2:7800 F\n")
+    for f in ("1.list", "2.list"):  # members' addresses: their owner's only
+        assert (root / "c" / f).stat().st_mode & 0o777 == 0o600
+    assert (root / "c").stat().st_mode & 0o777 == 0o700
+    s.delete("c", "2.list")
     (root / "c" / "notes").write_text("a person's file")
     assert set(s.list("c")) == {"1.list", "notes"}
     os.rename(root, tmp_path / "away")  # the share is unmounted
@@ -206,6 +211,7 @@ def test_members_files_by_path_and_url(tmp_path):
     path = str(tmp_path / "boot" / "1.list")
     write_members_file(path, mf)
     assert read_members_file(path).entries == mf.entries
+    assert os.stat(path).st_mode & 0o777 == 0o600
     url = members_file_url(f"file://{tmp_path}/store", "c", "1.list")
     write_members_file(url, mf)
     assert read_members_file(url).entries == mf.entries
