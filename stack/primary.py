@@ -57,6 +57,10 @@ class PrimaryConfig:
     and counted (they arrive only from members that finished the round early)."""
     attributes: dict = field(default_factory=dict)
     """Extra attributes this member announces (merged with address, port, status)."""
+    max_attempts: int = 16
+    """Ambiguous attempts (views whose round was interrupted here but may have become
+    primary at members that finished it) kept until this member is in a primary again;
+    the oldest beyond this are forgotten."""
     relay_above: int = field(default=32, metadata={"agreed": True})
     """Views with more members than this relay the state exchange through their first
     member (O(N) messages per view change, one hop more); smaller ones exchange as MySQL
@@ -80,6 +84,10 @@ class Primary(Layer):
         self.primary: Optional[bool] = None
         self.attrs: tuple = ({}, 0)           # the last round's states and highest pid
         self.early: dict = {}                 # relay: vid -> {sender: REPORT} before its round
+        # views whose round was interrupted here while they could have become primary at
+        # members that finished it (ambiguous, as in dynamic voting): (coord uid, counter)
+        # -> their members' uids; cleared once this member is in a primary view again
+        self.attempts: dict = {}
 
     # -- the state exchange ------------------------------------------------------------------
     def up_event(self, ev: Any) -> Any:
@@ -96,6 +104,7 @@ class Primary(Layer):
             # delivered in it, so virtual synchrony holds
             old, self.round = self.round, None
             self.stats["rounds_interrupted"] += 1
+            self._note_attempt(old)
             self._deliver(old["change"], False, 0)
         view = change.view
         self._set_primary(False)
@@ -112,16 +121,17 @@ class Primary(Layer):
         if len(view) > self.config.relay_above:
             relay = view.members[0]
             self.round["relay"] = relay
-            hdr = [REPORT, vid, self.last_pid, self._delta(view), attrs, extra or {}]
+            hdr = [REPORT, vid, self.last_pid, self._delta(view), attrs, extra or {},
+                   self._attempts_wire()]
             if relay == self.ctx.local:
                 self.round["reports"] = self.early.pop(tuple(vid), {})
-                self._on_report(relay, vid, hdr[2], hdr[3], attrs, hdr[5])
+                self._on_report(relay, vid, hdr[2], hdr[3], attrs, hdr[5], hdr[6])
             else:
                 self.below.down(Message(relay, b"", INTERNAL, {9: hdr}))
             return
         self.below.down(Message(None, b"", INTERNAL,
                                 {9: [STATE, vid, self.last_pid, self.last_members, attrs,
-                                     extra or {}]}))
+                                     extra or {}, self._attempts_wire()]}))
 
     def up(self, batch: list) -> None:
         out = []
@@ -137,16 +147,17 @@ class Primary(Layer):
                 if h[0] == STATES:
                     self._on_states(h[1], h[2], h[3])
                     continue
-                typ, vid, pid, members, attrs, extra = h
+                typ, vid, pid, members, attrs, extra, *rest = h
+                attempts = _attempts(rest[0] if rest else [])
                 if typ == REPORT and type(pid) is int and type(attrs) is dict \
                         and type(extra) is dict:
-                    self._on_report(m.sender, vid, pid, members, attrs, extra)
+                    self._on_report(m.sender, vid, pid, members, attrs, extra, attempts)
                     continue
                 if typ != STATE or type(pid) is not int or type(attrs) is not dict \
                         or type(extra) is not dict or type(members) is not list \
                         or not set(map(type, members)) <= _BYTES:
                     raise ValueError("not a STATE")
-                self._on_state(m.sender, vid, pid, list(members), attrs, extra)
+                self._on_state(m.sender, vid, pid, list(members), attrs, extra, attempts)
             except (TypeError, ValueError, IndexError, KeyError):
                 self.malformed()
         if out:
@@ -160,12 +171,13 @@ class Primary(Layer):
         else:
             self.stats["dropped_held"] += len(msgs)
 
-    def _on_state(self, sender, vid, pid: int, members: list, attrs: dict, extra: dict) -> None:
+    def _on_state(self, sender, vid, pid: int, members: list, attrs: dict, extra: dict,
+                  attempts: list) -> None:
         r = self.round
         if r is None or vid != r["vid"] or sender not in r["awaited"]:
             self.stats["stale_states"] += 1
             return
-        r["states"][sender] = (pid, members, attrs, extra)
+        r["states"][sender] = (pid, members, attrs, extra, attempts)
         r["awaited"].discard(sender)
         if not r["awaited"]:
             self._finish()
@@ -197,13 +209,14 @@ class Primary(Layer):
         skip = set(absent)
         return [a.uid for i, a in enumerate(view.members) if i not in skip] + extra
 
-    def _on_report(self, sender, vid, pid: int, delta, attrs: dict, extra: dict) -> None:
+    def _on_report(self, sender, vid, pid: int, delta, attrs: dict, extra: dict,
+                   attempts: list) -> None:
         """The relay: one member's state. Once every member's is in, multicast them all."""
         r = self.round
         if r is None or vid != r["vid"]:
             if r is None or _newer(vid, r["vid"]):  # the relay has not installed it yet
                 early = self.early.setdefault(tuple(vid), {})
-                early[sender] = (pid, delta, attrs, extra)
+                early[sender] = (pid, delta, attrs, extra, attempts)
                 while len(self.early) > EARLY_ROUNDS:
                     del self.early[min(self.early, key=lambda v: v[1])]
             else:
@@ -213,19 +226,19 @@ class Primary(Layer):
             self.stats["stale_states"] += 1
             return
         reports = r["reports"]
-        reports[sender] = (pid, delta, attrs, extra)
+        reports[sender] = (pid, delta, attrs, extra, attempts)
         view = r["change"].view
         if len(reports) < len(view) or any(a not in reports for a in view.members):
             return
         deltas, entries = [], []
         for a in view.members:
-            pid, delta, attrs, extra = reports[a]
+            pid, delta, attrs, extra, attempts = reports[a]
             if delta in deltas:
                 k = deltas.index(delta)
             else:
                 k = len(deltas)
                 deltas.append(delta)
-            entries.append([pid, k, attrs, extra])
+            entries.append([pid, k, attrs, extra, attempts])
         r["reports"] = {}
         self.stats["states_relayed"] += 1
         self.below.down(Message(None, b"", INTERNAL, {9: [STATES, vid, entries, deltas]}))
@@ -241,11 +254,11 @@ class Primary(Layer):
             raise ValueError("STATES")
         lists = [self._undelta(view, d) for d in deltas]  # each distinct list once
         states = {}
-        for a, (pid, k, attrs, extra) in zip(view.members, entries):
+        for a, (pid, k, attrs, extra, *rest) in zip(view.members, entries):
             if type(pid) is not int or type(attrs) is not dict or type(extra) is not dict \
                     or type(k) is not int or not 0 <= k < len(lists):
                 raise ValueError("STATES entry")
-            states[a] = (pid, lists[k], attrs, extra)
+            states[a] = (pid, lists[k], attrs, extra, _attempts(rest[0] if rest else []))
         r["states"] = states
         r["awaited"] = set()
         self._finish()
@@ -258,7 +271,8 @@ class Primary(Layer):
         if states:
             top = max(states.values(), key=lambda s: s[0])
             max_pid = top[0]
-            quorate = self._quorate(view, max_pid, top[1])
+            quorate = self._quorate(view, max_pid, top[1]) and \
+                self._past_attempts(view, states)
             # max + 1 (MySQL Group Replication), but never below the view's own counter: a
             # member whose
             # round for an earlier view was interrupted may not know that view became
@@ -271,10 +285,44 @@ class Primary(Layer):
             self.above.up_event(ExchangeResult({a: st[3] for a, st in states.items()}))
         if quorate:
             self.last_pid, self.last_members = pid, [m.uid for m in view.members]
+            self.attempts.clear()  # a primary with a majority of each: no longer ambiguous
             self.stats["primary_views"] += 1
         else:
             self.stats["non_primary_views"] += 1
         self._deliver(r["change"], quorate, pid)
+
+    def _note_attempt(self, r: dict) -> None:
+        """An interrupted round's view may have become primary at the members that finished
+        it; this member cannot tell. Kept (bounded) when it could have, by what this member
+        knows (its own and the states it got): later components need a majority of it too,
+        else two components could each hold a majority of the last primary they know."""
+        view = r["change"].view
+        if self.ctx.local not in view:
+            return
+        known = list(r["states"].values()) + [(self.last_pid, self.last_members)]
+        top = max(known, key=lambda s: s[0])
+        if not self._quorate(view, top[0], top[1]):
+            return
+        self.attempts[(view.view_id.coord.uid, view.view_id.id)] = \
+            [a.uid for a in view.members]
+        while len(self.attempts) > self.config.max_attempts:
+            del self.attempts[min(self.attempts, key=lambda v: v[1])]
+
+    def _attempts_wire(self) -> list:
+        return [[list(v), uids] for v, uids in self.attempts.items()]
+
+    def _past_attempts(self, view, states: dict) -> bool:
+        """The view holds a majority of every ambiguous attempt its members report."""
+        seen = {}
+        for st in states.values():
+            for vid, uids in st[4]:
+                seen[vid] = uids
+        have = {a.uid for a in view.members}
+        for uids in seen.values():
+            if 2 * sum(1 for u in uids if u in have) <= len(uids):
+                self.stats["blocked_by_attempts"] += 1
+                return False
+        return True
 
     def _quorate(self, view, max_pid: int, last: list) -> bool:
         """A majority of the last primary view's members (``last``, UUIDs) is in ``view``;
@@ -313,6 +361,20 @@ class Primary(Layer):
             self.status = ev.status
             return None
         return self.below.down_event(ev)
+
+
+def _attempts(raw) -> list:
+    """Attempts off the wire: [((coord uid, counter), [uids])]; ValueError when malformed."""
+    if type(raw) is not list:
+        raise ValueError("attempts")
+    out = []
+    for item in raw:
+        vid, uids = item
+        if type(uids) is not list or not set(map(type, uids)) <= _BYTES or len(vid) != 2 \
+                or type(vid[0]) is not bytes or type(vid[1]) is not int:
+            raise ValueError("attempts")
+        out.append(((vid[0], vid[1]), uids))
+    return out
 
 
 def _newer(vid, than) -> bool:

@@ -63,7 +63,8 @@ def test_the_view_is_held_until_every_members_state_arrived():
     [st] = s.below.take()
     assert st.dest is None and st.flags == INTERNAL
     assert st.headers[9] == [STATE, vid(v), 0, [],
-                             {"address": PHYS[0], "port": PHYS[1], "status": ONLINE}, {}]
+                             {"address": PHYS[0], "port": PHYS[1], "status": ONLINE}, {},
+                             []]  # no ambiguous attempts
     assert delivered_views(s) == [] and writable(s) == [False]
     s.up(state(s.local, v), state(s.b, v))
     app = Message(None, b"early", 0, {}, s.b)  # B finished its round first and sends
@@ -174,6 +175,33 @@ def test_an_interrupted_round_delivers_the_old_view_as_non_primary_with_what_it_
     assert [v.view_id for v in delivered_views(s)] == [v1.view_id, v2.view_id]
     assert delivered_views(s)[-1].primary
     assert s.above.events_of(ViewChange)[-1].previous == v1
+
+
+def test_an_interrupted_round_that_could_have_been_primary_binds_later_components():
+    """The campaign's split brain in miniature: a merge view of five is primary at the
+    members that finished its round, interrupted here; we then split off with one other
+    member. By the last primary we know (us, B, C) two of three is a majority, but the merge
+    may be primary elsewhere (the other three, a majority of it, go on as primary): we hold
+    two of its five, so we must not be primary. Once a view holds a majority of it too, it
+    is primary, and the attempt is settled."""
+    s = make()
+    v1 = change(s, s.local, s.b, s.c)
+    exchange(s, v1)
+    assert delivered_views(s)[-1].primary and s.layer.last_pid == 1
+    merge = change(s, s.local, s.b, s.c, s.d, s.e)
+    s.up(state(s.local, merge, 1, v1.members))  # the others' STATEs never come here
+    lone = change(s, s.local, s.b)  # interrupted: cut off with B (who also missed it)
+    assert delivered_views(s)[-1].view_id == merge.view_id
+    assert not delivered_views(s)[-1].primary
+    sent = s.below.sent[-1].headers[9]
+    assert sent[6] == [[vid(merge), [m.uid for m in merge.members]]], "we report the attempt"
+    s.up(Message(None, b"", INTERNAL, {9: sent}, s.local), state(s.b, lone, 1, v1.members))
+    assert delivered_views(s)[-1].primary is False, "2 of the merge's 5: not primary"
+    assert s.layer.stats["blocked_by_attempts"] == 1 and s.layer.last_pid == 1
+    back = change(s, s.local, s.b, s.c, s.d, s.e)
+    exchange(s, back, pids={m: 1 for m in back.members}, members={m: v1.members
+                                                                  for m in back.members})
+    assert delivered_views(s)[-1].primary and s.layer.attempts == {}
 
 
 def test_stale_and_foreign_states_are_counted_and_ignored():
