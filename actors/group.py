@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
+from dataclasses import replace
 from typing import Any, AsyncIterator, Callable, Iterator, Optional
 
 import ray
@@ -122,7 +123,8 @@ class Group:
                config: Optional[StackConfig] = None, stack_options: Optional[dict] = None,
                port: Optional[int] = None, http: bool = True, http_port: int = 0,
                http_host: Optional[str] = None, http_auth: str = "debug",
-               http_tls: Optional[tuple] = None, token: Optional[str] = None, ray_signal: bool = True, ray_poll_s: float = 0.1,
+               http_tls: Optional[tuple] = None, token: Optional[str] = None,
+               ray_signal: bool = True, ray_poll_s: float = 0.1,
                max_restarts: int = -1, this_node: bool = False, timeout: float = 60.0,
                metrics_interval_s: float = 5.0, follow_nodes: bool = False,
                wait: bool = True, cluster_key: Any = None, insecure: bool = False,
@@ -198,12 +200,12 @@ class Group:
             return cls(cluster, namespace)
         nodes = alive_nodes(ray.nodes())
         here = ray.get_runtime_context().get_node_id() if this_node else None
-        every = plan(nodes, members_per_node, members)
+        g = cls(cluster, namespace)
+        every = g._keep_names(plan(nodes, members_per_node, members))
         slots = [s for s in every if here is None or s.node_id == here]
         if not slots:
             raise RuntimeError("no member slot on this node")
         local = all(is_loopback(n["NodeManagerAddress"]) for n in nodes)
-        g = cls(cluster, namespace)
         existing = {}
         for s in every:
             h = g._lookup(s.name)
@@ -323,6 +325,30 @@ class Group:
         return {k: sorted(v) for k, v in sorted(out.items())}
 
     # -- plumbing ---------------------------------------------------------------------------
+    def _keep_names(self, every: list) -> list:
+        """The planned slots, where a node already runs members of this group under other
+        names (a node's name depends on its peers': two nodes with one host name get the
+        node id added), with those names: a node keeps its members, never gets a second
+        set."""
+        planned = {s.name for s in every}
+        others = [n for n in self.list_groups(self.namespace).get(self.cluster, [])
+                  if n not in planned]
+        if not others:
+            return every
+        handles = {n: h for n in others if (h := self._lookup(n)) is not None}
+        infos = self._gather({n: h.info.remote() for n, h in handles.items()}, 10.0)
+        on_node: dict = {}
+        for n in sorted(infos):
+            if infos[n] and infos[n].get("node_id"):
+                on_node.setdefault(infos[n]["node_id"], []).append(n)
+        taken = {n for n in planned if self._lookup(n) is not None}
+        out = []
+        for s in every:
+            if s.name not in taken and on_node.get(s.node_id):
+                s = replace(s, name=on_node[s.node_id].pop(0))
+            out.append(s)
+        return out
+
     def _lookup(self, name: str):
         try:
             return ray.get_actor(actor_name(self.cluster, name), namespace=self.namespace)

@@ -45,8 +45,6 @@ def trial(i: int) -> dict:
     c = Cluster(initialize_head=True, head_node_args=dict(include_dashboard=False, **node))
     out: dict = {}
     try:
-        c.add_node(**node)
-        c.wait_for_nodes()
         ray.init(address=c.address, _node_ip_address="127.0.0.1", log_to_driver=False,
                  configure_logging=False, logging_level="WARNING")
         cluster = f"follow-{os.getpid()}-{i}"
@@ -55,7 +53,16 @@ def trial(i: int) -> dict:
         def nodes_of_view() -> list:
             names = {m.name for m in g.view().members}
             return sorted(m["node_id"] or "?" for m in g.members() if m["name"] in names)
-        out["members_at_launch"] = len(g.view().members)
+        out["members_at_launch"] = len(g.view().members)  # the head alone, as cluster.yaml
+        # a first worker: every node has the same host name here, so the head's member was
+        # named before its node's name got the node id added; the head keeps that member
+        first = c.add_node(**node)
+        c.wait_for_nodes()
+        _wait(lambda: first.node_id in nodes_of_view() and len(g.view().members) == 2, 60,
+              "a member on the first worker")
+        time.sleep(1.0)  # and no second member on the head
+        alive = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+        out["one_member_per_node_first"] = nodes_of_view() == sorted(alive)
         added = c.add_node(**node)
         c.wait_for_nodes()
         new_id = added.node_id

@@ -21,7 +21,8 @@ def test_members_follow_nodes_added_and_removed(tmp_path):
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
     [r] = json.loads(out.read_text())
     print(run.stdout)
-    assert r["members_at_launch"] == 2  # head and worker
+    assert r["members_at_launch"] == 1  # the head alone, as cluster.yaml starts the group
+    assert r["one_member_per_node_first"]  # a worker added: its member, none more on the head
     assert r["one_member_per_node"]     # the added node's member joined, one per node
     assert r["after_removal"] == 2      # the removed node's member is gone and stays gone
     assert r["groups_left"] == [] and r["follower_left"] is False
