@@ -4,9 +4,11 @@ from .kv_store import register as _register_kv_store
 
 _register_kv_store()  # "ray-kv://" discovery stores (Ray's internal KV), see kv_store.py
 
-from .errors import GroupClosed, JoinRejected, JoinTimeout, NoSuchGroup, NotMember  # noqa: E402
+from .errors import (GroupClosed, JoinRejected, JoinTimeout, NoSuchGroup, NotMember,  # noqa: E402
+                     RotationIncomplete)
 
-__all__ = ["Group", "GroupClosed", "JoinRejected", "JoinTimeout", "MemberActor", "NoSuchGroup", "NotMember"]
+__all__ = ["Group", "GroupClosed", "JoinRejected", "JoinTimeout", "MemberActor", "NoSuchGroup",
+           "NotMember", "RotationIncomplete"]
 
 
 def __getattr__(name: str):

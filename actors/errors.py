@@ -25,5 +25,5 @@ class RotationIncomplete(RaygroupsError):
     ``Group.rotate_key`` again finishes the stopped rotation before it starts a new one."""
 
 
-__all__ = ["GroupClosed", "JoinRejected", "JoinTimeout", "NoSuchGroup", "NotMember", "RaygroupsError",
-           "RotationIncomplete"]
+__all__ = ["GroupClosed", "JoinRejected", "JoinTimeout", "NoSuchGroup", "NotMember",
+           "RaygroupsError", "RotationIncomplete"]

@@ -1,0 +1,96 @@
+"""``ray up`` for real, over SSH, on hosts in network namespaces (tests/raybed.py), with the
+repository's cluster.yaml and Ray's ``local`` node provider.
+
+From the operator's host, ``ray up`` brings up a head and two workers; the head's start
+command starts the group once (``raygroups up --follow-nodes --no-wait``). Then, from a
+driver on the head host: ``raygroups members`` lists one member per host with that host's
+address; ``Group.attach`` works; killing every process of one host takes its member out of
+the view; after ``ray down`` no Ray process is left on the head, no raylet, GCS or Ray
+worker (the member actors) on the workers, and closing the bed leaves no namespace. (A node added later gets its member: tests/integration/
+test_follow_nodes.py, on a multi-node Ray on loopback.)
+Skips (with the reason) only where it cannot be root or build namespaces, or sshd/rsync are
+missing.
+"""
+import json
+import os
+import time
+
+import pytest
+
+from ..raybed import RayHosts, available
+from ..netns import _netns_list
+
+_ok, _why = available()
+pytestmark = [pytest.mark.root] + ([] if _ok else [pytest.mark.skip(reason=_why)])
+
+OPERATOR, HEAD, W1, W2 = range(4)
+WAIT_S = 180.0
+
+
+def members(bed: RayHosts) -> list:
+    """The group's members as ``raygroups --address auto members --json`` prints them on the
+    head host (the way the README says to ask, from any machine of the cluster)."""
+    r = bed.run(HEAD, [f"{bed.venv}/bin/raygroups", "--address", "auto", "--timeout", "20",
+                       "members", bed.group, "--json"], timeout=90)
+    if r.returncode != 0:
+        return []
+    return json.loads(r.stdout)
+
+
+def wait_members(bed: RayHosts, want: set, what: str, wait_s: float = WAIT_S) -> list:
+    """Until the members' hosts are exactly ``want`` (addresses), each once."""
+    deadline, got = time.monotonic() + wait_s, []
+    while time.monotonic() < deadline:
+        got = members(bed)
+        hosts = [m["address"].rsplit(":", 1)[0] for m in got]
+        if sorted(hosts) == sorted(want) and all(m["state"] == "alive" for m in got):
+            return got
+        time.sleep(1.0)
+    raise AssertionError(f"{what}: members {got}, wanted one on each of {sorted(want)}")
+
+
+def fail(r, what: str) -> str:
+    return f"{what} failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+
+
+def test_ray_up_on_hosts_then_kill_a_host_and_down():
+    bed = RayHosts(4)
+    tag = bed.lab.tag
+    with bed:
+        r = bed.ray_up(HEAD, [W1, W2])
+        assert r.returncode == 0, fail(r, "ray up")
+        three = {bed.addr(k) for k in (HEAD, W1, W2)}
+        got = wait_members(bed, three, "after ray up")
+        assert all(m["address"].endswith(":7800") for m in got), got  # port 7800 on each
+        token_file = os.path.expanduser(f"~/.raygroups/raygroups.{bed.group}.token")
+        token = open(token_file).read().strip()
+        assert token and token not in r.stdout + r.stderr, "ray up's output shows no token"
+        assert os.stat(token_file).st_mode & 0o777 == 0o600
+
+        driver = ("import ray; from raygroups.actors import Group; "
+                  "ray.init(address='auto', logging_level='ERROR'); "
+                  f"g = Group.attach('{bed.group}'); v = g.view(); "
+                  "print(len(v.members), sorted(g.member_names()))")
+        r = bed.run(HEAD, [f"{bed.venv}/bin/python", "-c", driver], timeout=120)
+        assert r.returncode == 0, fail(r, "Group.attach on the head")
+        assert r.stdout.split()[0] == "3", r.stdout
+
+        assert bed.kill_host(W2) > 0  # the host loses power: sshd, raylet, member, all
+        wait_members(bed, three - {bed.addr(W2)}, "after killing a host")
+
+        # ray down stops Ray on the head; a worker's raylet exits once the head's GCS has
+        # been gone for its reconnect timeout (60 s), its workers (the member actor) with it.
+        # Ray's local provider runs no `ray stop` on the workers, so its log monitor stays
+        # there until the host goes (the bed's close); noted on the issue.
+        r = bed.ray_down()
+
+        def left() -> list:
+            head = [c for c in bed.commands(HEAD) if "sshd" not in c]
+            return head + [c for c in bed.commands(W1) if "sshd" not in c and any(
+                p in c for p in ("raylet", "gcs_server", "ray::", "default_worker"))]
+        deadline = time.monotonic() + 150
+        while left() and time.monotonic() < deadline:
+            time.sleep(1.0)
+        assert not left(), f"after ray down: {[c[:120] for c in left()]}\n{fail(r, 'down')}"
+        assert bed.commands(W2) == []
+    assert not [ns for ns in _netns_list() if tag in ns], "namespaces left behind"
