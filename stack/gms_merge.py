@@ -4,7 +4,9 @@ The merge leader is the lowest address among the coordinators that heard of each
 so no election round is needed. It sends MERGE_REQ with a merge id to the other
 coordinators; each flushes its whole view (virtual synchrony across the merge) and answers
 with its view, digest and members' addresses, or rejects when already merging, or when it
-no longer coordinates a view (a stale sighting: it moved into another one). Only a view's
+no longer coordinates a view (a stale sighting: it moved into another one), or when a member
+of its view is suspected: it excludes the suspect first, since the view it answers with names
+every member and only the flushed ones stopped sending. Only a view's
 coordinator speaks for it, since only it can stop every member of it: a member that flushed
 itself alone and then multicast the MergeView to its view moved members that never stopped
 sending, and they delivered their last messages in the old view while the others did in the
@@ -93,7 +95,7 @@ class Merger:
         """Stop our subgroup and agree on its cut (virtual synchrony across the merge);
         ``then(state)`` gets [view, cut digest, addresses]."""
         g = self.gms
-        members = [m for m in g.view.members if m not in g.suspects]
+        members = list(g.view.members)  # every one: no suspects (check, _on_req)
 
         def done(views, digests, final) -> None:
             self.cut = final
@@ -165,6 +167,14 @@ class Merger:
         if self.busy or g.busy or g.state.value != "member" or g.view is None \
                 or not g.is_coord:
             g._send(sender, [MERGE_RSP, merge_id, False, None])
+            return
+        if any(m in g.suspects for m in g.view.members):
+            # as when leading: exclude the suspected first. Our subgroup's view names every
+            # member, and a member that was not flushed (a suspect) but is alive would keep
+            # sending in the old view after the cut, its last messages delivered there by
+            # us and in the merge view by the other subgroups
+            g._send(sender, [MERGE_RSP, merge_id, False, None])
+            g._schedule_view()
             return
         self.merge_id = merge_id
         self._arm()

@@ -42,7 +42,8 @@ def traffic(sim, h, members, seconds, rate=0.3):
 
 @pytest.mark.seeds(200)
 @pytest.mark.regressions(800024, 800247,  # a member that did not coordinate its view answered a merge
-                         11000712)  # a member sent in the old view after its flush's cut
+                         11000712,  # a member sent in the old view after its flush's cut
+                         13101868)  # a merge took in a suspected member it had not flushed
 def test_crashes_partitions_heals(sim_seed):
     sim = Simulation(sim_seed, buggify=True)
     rng = sim.rng
@@ -159,11 +160,3 @@ def test_static_discovery_merges_members_missing_from_the_host_list(sim_seed):
     sim.run_until(lambda: one_view(rest), 30, "one view after the heal")
     assert {a.name for a in m1.view.members} == {"m1", "m2", "m3"}
 
-
-@pytest.mark.xfail(strict=True, reason="open (fresh-seed campaign, 2026-11-24): in a merge, "
-                   "m3's last two messages of its old subgroup view were delivered there by "
-                   "its subgroup and again, in the merge view, by the other subgroup; the "
-                   "merge's cut for m3 missed them. Not root-caused yet; strict, so the fix "
-                   "turns this red and it moves into the regressions above")
-def test_crashes_partitions_heals_open_seed_13101868():
-    test_crashes_partitions_heals(13101868)

@@ -732,6 +732,21 @@ def test_a_member_that_does_not_coordinate_its_view_refuses_a_merge_and_keeps_se
     assert hdr(rsp)[2] is False and not sent(s, START_FLUSH) and not s.gms.flush.blocked
 
 
+def test_a_coordinator_with_a_suspect_refuses_a_merge_and_excludes_it_first():
+    """Its subgroup's view names every member; one that is suspected (not stopped by the
+    flush) but alive kept sending in the old view after the cut, and the other subgroups
+    delivered those messages in the merge view (a fresh-seed campaign, 13101868)."""
+    s = coordinator()
+    x = s.addr("X")
+    s.gms.suspects.add(s.c)
+    s.up(Message(s.local, b"", INTERNAL, {5: [MERGE_REQ, [x.uid, 1], {}]}, x))
+    [rsp] = sent(s, MERGE_RSP, x)
+    assert hdr(rsp)[2] is False and not s.gms.merger.busy
+    s.advance(0.01)
+    [start] = sent(s, START_FLUSH)  # the view change that excludes C, not a merge flush
+    assert start.dest == s.b and hdr(start)[2] == [s.c.uid]
+
+
 def test_a_merge_view_for_another_subgroup_is_not_installed():
     """C, still listed in our view, coordinates a view of its own (overlapping views) and
     multicasts its MergeView to that subgroup; NAKACK hands it to us too, but our view was
