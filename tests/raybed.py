@@ -126,6 +126,12 @@ class RayHosts:
             _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"raybed-{name}",
                   "-f", os.path.join(tmp, name)])
         os.replace(os.path.join(tmp, "id.pub"), os.path.join(tmp, "authorized_keys"))
+        # cluster.yaml copies the operator's Ray token to every node: make it as its header
+        # says (`ray get-auth-token --generate`; kept, as the first ray.init would; the
+        # command prints the token, which is captured and dropped)
+        if not os.path.exists(os.path.expanduser("~/.ray/auth_token")):
+            subprocess.run([f"{self.venv}/bin/ray", "get-auth-token", "--generate"],
+                           capture_output=True, timeout=60, check=True)
         os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege separation directory
         os.makedirs("/tmp/ray", exist_ok=True)   # the mount point of each host's own
         for k in range(1, self.n):
