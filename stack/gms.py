@@ -553,6 +553,21 @@ class Gms(Layer):
 
     # -- traffic --------------------------------------------------------------------------
     def up(self, batch: list) -> None:
+        for m in batch:
+            if 5 in m.headers:
+                break
+        else:  # nothing for GMS (the common case under load): pass the batch as is
+            if batch:
+                self.above.up(batch)
+            return
+        # NAKACK passed these multicasts up in this view (it holds a newer view's): they go
+        # before any VIEW of the batch is handled, wherever they stand in it (handling one
+        # can deliver a sender's later messages at once, through the flush's catch-up, which
+        # would overtake them and leave them to the next view)
+        mcasts = [m for m in batch if m.dest is None and 5 not in m.headers]
+        if mcasts:
+            self.above.up(mcasts)
+            batch = [m for m in batch if m.dest is not None or 5 in m.headers]
         out = []
         for m in batch:
             h = m.headers.get(5)
