@@ -184,3 +184,21 @@ class AppBlocked:
 class GetBundleRoom:
     """Transport answers the largest packed message one bundle holds (FRAG sizes its
     fragments from it)."""
+
+
+@dataclass
+class CollectExchange:
+    """Sent up by PRIMARY at the start of a state exchange: layers above, and the
+    application (``Stack.exchange_handlers``), add what they need agreed (the sequencer's
+    delivered counters, the work queue's position) to ``data`` and answer it. Old-view
+    deliveries have all gone up before it."""
+    data: dict
+
+
+@dataclass
+class ExchangeResult:
+    """Sent up by PRIMARY when a state exchange completed, just before the view it was for
+    (``view_id``, as on the wire: [coordinator uid, counter]): every member's ``data`` by
+    member, the same at every member of the view."""
+    data: dict
+    view_id: list = field(default_factory=list)

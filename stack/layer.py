@@ -8,9 +8,10 @@ batches. A layer consumes only messages that carry its own header and passes the
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Callable, ClassVar, Protocol
+from typing import Any, Callable, ClassVar, Optional, Protocol
 
 from .address import Address, AddressBook
+from .events import CollectExchange, ExchangeResult
 from .message import INTERNAL
 from .rng import Rng
 
@@ -151,8 +152,18 @@ class Top(Layer):
             self.ctx.host.deliver_messages(batch)
 
     note: Callable[[Any], None] = staticmethod(lambda ev: None)
+    exchange: Optional[tuple] = None  # Stack.exchange_handlers: (collect, result)
 
     def up_event(self, ev: Any) -> Any:
+        t = type(ev)
+        if t is CollectExchange:  # a query, answered now: the application's part
+            if self.exchange is not None:
+                ev.data["app"] = self.exchange[0]()
+            return ev.data
+        if t is ExchangeResult:
+            if self.exchange is not None:
+                self.exchange[1](ev.view_id, {a: d.get("app") for a, d in ev.data.items()})
+            return None
         self.note(ev)
         self.ctx.host.deliver(ev)
         return None

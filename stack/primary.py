@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .errors import NotPrimary
-from .events import GetPhysical, Writable
+from .events import CollectExchange, ExchangeResult, GetPhysical, Writable
 from .layer import Layer
 from .message import INTERNAL, Message
 from .view import ViewChange
@@ -282,7 +282,8 @@ class Primary(Layer):
             # member per member and view would be N^2 small objects in a large group)
             self.attrs = (states, max_pid)
         if states:
-            self.above.up_event(ExchangeResult({a: st[3] for a, st in states.items()}))
+            self.above.up_event(ExchangeResult({a: st[3] for a, st in states.items()},
+                                               r["vid"]))
         if quorate:
             self.last_pid, self.last_members = pid, [m.uid for m in view.members]
             self.attempts.clear()  # a primary with a majority of each: no longer ambiguous
@@ -394,16 +395,3 @@ class MemberAttributes:
 class SetStatus:
     """Announce this recovery status in the next state exchange."""
     status: str
-
-
-@dataclass
-class CollectExchange:
-    """Sent up at the start of a state exchange: layers above add what they need agreed
-    (e.g. the sequencer's delivered counters) to ``data`` and answer it."""
-    data: dict
-
-
-@dataclass
-class ExchangeResult:
-    """Sent up when a state exchange completed: every member's ``data`` by member."""
-    data: dict

@@ -22,10 +22,9 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from .errors import NotPrimary, RaygroupsError
-from .events import Writable
+from .events import CollectExchange, ExchangeResult, Writable
 from .layer import MALFORMED, Layer
 from .message import CONTROL, INTERNAL, ORDERED, Message
-from .primary import CollectExchange, ExchangeResult
 from .view import View, ViewChange
 
 FORWARD, ORDERED_MSG = 0, 1
@@ -183,7 +182,7 @@ class Sequencer(Layer):
             # what we delivered per sender, so that a message ordered in a component we
             # were partly in is never ordered a second time (after a merge)
             ev.data["sequencer"] = [[a.uid, s] for a, s in self.delivered.items()]
-            return ev.data
+            return self.above.up_event(ev)  # the application adds its own
         if t is ExchangeResult:
             book = self.ctx.book
             for data in ev.data.values():
@@ -196,7 +195,7 @@ class Sequencer(Layer):
                     self.malformed()
             for seq in [s for s in self.outstanding if s <= self.delivered.get(self.ctx.local, 0)]:
                 del self.outstanding[seq]  # ordered elsewhere already: done
-            return None
+            return self.above.up_event(ev)
         if t is ViewChange:
             old = self.coordinator
             self.view = ev.view

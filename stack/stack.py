@@ -7,7 +7,7 @@ The host (``runtime.Runtime`` over real sockets, or ``sim.Simulation``) feeds it
 from __future__ import annotations
 
 import logging
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from .address import Address
 from .errors import MessageTooLarge
@@ -131,6 +131,16 @@ class Stack:
                 self.blocked.discard(ev.layer)
             else:
                 self.blocked.add(ev.layer)
+
+    def exchange_handlers(self, collect: Callable[[], Any],
+                          result: Callable[[list, dict], None]) -> None:
+        """The application's part of the primary component's state exchange, run after
+        every view (stack/primary.py): ``collect()`` answers what this member announces (at
+        the start of the round, once every delivery of the previous view went up);
+        ``result(view_id, {member: announced})`` gets every member's announcement when the
+        round completed, just before the view is delivered. The work queue decides its
+        epochs this way, in the same round as the primary component."""
+        self.top.exchange = (collect, result)
 
     def member_attributes(self) -> dict:
         """{member: attributes} from the primary layer's last state exchange."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from .events import CollectExchange
 from .layer import Layer
 from .message import INTERNAL, Message
 from .view import MergeView, ViewChange
@@ -74,7 +75,7 @@ class StateTransfer(Layer):
         return None
 
     def _pass_event(self, ev: Any) -> Any:
-        if self.waiting is not None:
+        if self.waiting is not None and type(ev) is not CollectExchange:  # a query: answered now
             self.waiting.append(ev)
             return None
         return self.above.up_event(ev)

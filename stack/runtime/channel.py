@@ -35,6 +35,7 @@ class Channel:
         ``get_state``/``set_state``: state transfer to joiners; get_state runs in delivery
         order, so state kept by applying messages as they are delivered matches exactly."""
         self._state_handlers = (get_state, set_state)
+        self._exchange_handlers: Optional[tuple] = None  # a service's (WorkQueues) part
         self.cluster = cluster
         self._named, self._store = name is not None, store
         self.name = name or uuid.uuid4().hex[:8]
@@ -69,6 +70,8 @@ class Channel:
         self.stack = cfg.build(self.cluster, self.name, self.runtime, rng, uid=uid)
         if self._state_handlers != (None, None):
             self.stack.layer("state_transfer").handlers(*self._state_handlers)
+        if self._exchange_handlers is not None:
+            self.stack.exchange_handlers(*self._exchange_handlers)
         self.runtime.attach(self.stack, self._on_event, self._on_messages,
                             auth=self.stack.transport.auth)
         self.stack.start()

@@ -10,12 +10,13 @@
 
 The service sits between the stack and the application: every delivery passes through it
 synchronously and in delivery order (queue traffic is taken out; the application's own
-messages and views go on to ``receive()``/``events()`` as before), and the queue state takes
-part in state transfer (combined with the application's own ``get_state``/``set_state``).
+messages and views go on to ``receive()``/``events()`` as before), and its queue position
+takes part in every view's state exchange (joiners get the queues from the reconciliation,
+the application's own ``get_state``/``set_state`` state transfer is left as it is).
 Calls complete when their ordered message was delivered and applied by a majority of the
 epoch's members (see stack/workqueue/replica.py); calls made in the same loop turn travel
 in one multicast. Every member of the group must run the service: each primary view starts
-a short reconciliation round that waits for every member.
+its epoch from every member's position in that view's state exchange.
 """
 from __future__ import annotations
 
@@ -23,8 +24,6 @@ import asyncio
 import collections
 import logging
 from typing import Any, Iterable, Optional
-
-import msgpack
 
 from ..errors import GroupClosed, NotPrimary, RaygroupsError
 from ..view import Left, ViewChange
@@ -174,9 +173,8 @@ class WorkQueues:
         # deliveries pass through us first, synchronously, in delivery order
         self._app_messages, self._app_event = channel._on_messages, channel._on_event
         channel._on_messages, channel._on_event = self._on_messages, self._on_event
-        # state transfer: the queues, plus the application's own state if it has one
-        self._app_state = channel._state_handlers
-        channel._state_handlers = (self._get_state, self._set_state)
+        # every view's state exchange carries our queue position
+        channel._exchange_handlers = (self._exchange_data, self._on_exchange)
 
     # -- wiring -------------------------------------------------------------------------
     def _replica(self) -> Replica:
@@ -190,16 +188,11 @@ class WorkQueues:
             self._ticker = loop.create_task(self._tick_loop())
         return self.replica
 
-    def _get_state(self) -> bytes:
-        get = self._app_state[0]
-        return msgpack.packb([get() if get is not None else None, self._replica().get_state()],
-                             use_bin_type=True)
+    def _exchange_data(self) -> list:
+        return self._replica().exchange_data()
 
-    def _set_state(self, data: bytes) -> None:
-        app, queues = msgpack.unpackb(data, raw=False)
-        self._replica().set_state(queues)
-        if app is not None and self._app_state[1] is not None:
-            self._app_state[1](app)
+    def _on_exchange(self, view_id: list, data: dict) -> None:
+        self._replica().on_exchange(view_id, {a.uid: d for a, d in data.items()})
 
     def _on_messages(self, batch: list) -> None:
         r = self._replica()

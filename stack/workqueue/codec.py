@@ -1,8 +1,8 @@
 """Wire encoding of the work queue's messages: a 3-byte magic, then msgpack.
 
 Ordered (total order) messages: ``[BATCH, epoch, [[cseq, op, *args], ...]]`` (many queue
-commands in one multicast) and ``[HELLO, view_key, epoch, applied, members]`` (the
-reconciliation round after a primary view). Unordered: ``[APPLIED, epoch, applied]`` (what a
+commands in one multicast); a member's position for reconciliation travels in the primary
+component's state exchange instead (``Replica.exchange_data``). Unordered: ``[APPLIED, epoch, applied]`` (what a
 member applied, for majority completion) and ``[SNAP, view_key, state]`` (the state for a
 stale member). Decoding is bounded and validated by the caller: anything malformed is
 counted and dropped, identically at every member for ordered messages.
@@ -14,7 +14,7 @@ from typing import Any
 import msgpack
 
 MAGIC = b"\xa7WQ"
-BATCH, HELLO, APPLIED, SNAP = 0, 1, 2, 3
+BATCH, APPLIED, SNAP = 0, 2, 3  # 1 was a reconciliation round's HELLO
 
 # commands (the Qpid design's names): create a queue, enqueue a published message, acquire,
 # release, dequeue (accept), reject (to the alternate: "rejected"), and queue ownership

@@ -6,18 +6,23 @@ delivery order and synchronously, and sends what ``take_outgoing()`` returns. AP
 (``publish``, ``acquire``, ``settle``, ``create``) return a ``Request`` whose ``callback``
 runs when it completes.
 
-Epochs and reconciliation. After every *primary* view each member multicasts, in total
-order, a HELLO with where its state stands: (epoch, applied, epoch members). When the
-HELLOs of every member of the view were delivered, every member computes the same answer:
-the most advanced state (highest epoch, then most batches applied in it; every member's
-state is a prefix of the same epoch's total order, so the longest contains every other)
-and its first holder in view order, the donor. Members holding it apply the view
-(``begin_epoch``: what members that left had acquired is requeued, their interest and
-ownership pass on) and go on; the donor sends the state to the others, who hold later
-deliveries until it came. Commands delivered during the round, or carrying another epoch,
-are refused whole, and their senders send them again in the new epoch. So a member that
-was in a minority, or whose last primary view ended before it received everything, is
-brought back exactly, and a merge after a partition keeps the primary side's state.
+Epochs and reconciliation. Every view's state exchange (the primary component's round,
+stack/primary.py) carries each member's queue position: (epoch, batches applied in it,
+the epoch's members), answered by ``exchange_data()`` once every delivery of the previous
+view was applied here. The driver hands every member's position to ``on_exchange()``
+just before the view, so every member of a primary view decides the same, at once and in
+the same round as the primary component itself (a second round would leave a window in
+which a crash strands the queue while the group is primary): the most advanced state
+(highest epoch, then most batches applied in it; every member's state is a prefix of the
+same epoch's total order, so the longest contains every other) and its first holder in
+view order, the donor. Members holding it apply the view (``begin_epoch``: what members
+that left had acquired is requeued, their interest and ownership pass on) and go on; the
+donor sends the state to the others (joiners too), who hold later deliveries until it
+came. Commands carrying another epoch are refused whole, and their senders send them
+again in the new epoch. So a member that was in a minority, or whose last primary view
+ended before it received everything, is brought back exactly, and a merge after a
+partition keeps the primary side's state. When a majority of the most advanced state's
+epoch members is missing, another component may have moved on from it: the queue waits.
 
 Completion. A command's result is known when its batch is applied here; the call completes
 when a majority of the epoch's members reported (APPLIED, to the senders of what they
@@ -42,7 +47,7 @@ from typing import Any, Callable, Optional
 from ..errors import MessageTooLarge
 from . import codec
 from .codec import (ACQUIRE, APPLIED, BATCH, CANCEL, CONSUME, CREATE, DEQUEUE, ENQUEUE,
-                    HELLO, OWNER_RELEASE, REJECT, RELEASE, SNAP)
+                    OWNER_RELEASE, REJECT, RELEASE, SNAP)
 from .config import ACK_LOCAL, WorkQueueConfig
 from .errors import (NoSuchQueue, NotAcquired, QueueClosed, QueueError, QueueFull,
                      QueueNotPrimary, QueueOutcomeUnknown, StaleEpoch)
@@ -53,7 +58,6 @@ from .state import (FULL, NO_QUEUE, NOT_ACQUIRED, NOT_OWNER, OK, RETRY,
 class Phase(enum.Enum):
     IDLE = "idle"                      # no view yet
     NOT_PRIMARY = "not_primary"        # non-primary view, excluded, or no quorum of epochs
-    RECONCILING = "reconciling"        # primary view: HELLO round in progress
     AWAIT_SNAPSHOT = "await_snapshot"  # our state was behind: waiting for the donor's
     ACTIVE = "active"
     CLOSED = "closed"
@@ -158,10 +162,9 @@ class Replica:
         self.phase = Phase.IDLE
         self.view = None
         self.view_key: Optional[list] = None
-        self.round: Optional[dict] = None
+        self.exchange: Optional[tuple] = None  # (view key, {uid: position}) for the next view
         self.await_key: Optional[list] = None
         self.held: list = []                  # ordered deliveries while awaiting state
-        self.early_snap: Optional[tuple] = None  # a snapshot that came before the round ended
         self.cseq = 0
         self.pseq = 0
         self.sent: dict = {}                  # cseq -> Request or ("internal", queue, op)
@@ -181,32 +184,39 @@ class Replica:
     # ======================================================================================
     # inputs from the driver
     # ======================================================================================
-    def set_state(self, data: bytes) -> None:
-        """State transfer to a joiner (the coordinator's ``get_state``), before its first
-        view is delivered here."""
-        self.state.restore(data)
-        self.stats["state_transfers"] += 1
+    def exchange_data(self) -> list:
+        """What this member announces in a view's state exchange: [epoch, batches applied
+        in it, the epoch's members]."""
+        s = self.state
+        return [s.epoch, s.applied, list(s.members)]
 
-    def get_state(self) -> bytes:
-        return self.state.snapshot()
+    def on_exchange(self, view_key: list, data: dict) -> None:
+        """Every member's announcement ({uid: as ``exchange_data``}) in the state exchange
+        of the view delivered next (``view_key``: [coordinator uid, counter])."""
+        self.exchange = (list(view_key), data)
 
     def on_view(self, view: Any) -> None:
         if self.phase is Phase.CLOSED:
             return
         key = [view.view_id.coord.uid, view.view_id.id]
         if key == self.view_key:
-            return  # a joiner sees its first view again after the transferred state
+            return  # the same view again
+        exchange, self.exchange = self.exchange, None
         self.view, self.view_key = view, key
-        self.round, self.await_key, self.held, self.early_snap = None, None, [], None
+        self.await_key, self.held = None, []
         self._drop_batch()
         if self.local not in view.members or not view.primary:
             self._lose_primary("not in a primary component")
             return
-        self.phase = Phase.RECONCILING
-        self.round = {"key": key, "members": [m.uid for m in view.members], "hellos": {}}
-        s = self.state
-        self._emit(None, [HELLO, key, s.epoch, s.applied, s.members], True)
+        order = [m.uid for m in view.members]
+        positions = _positions(exchange[1], order) \
+            if exchange is not None and exchange[0] == key else None
+        if positions is None:  # every member decides alike: the same exchange everywhere
+            self.stats["positions_missing"] += 1
+            self._lose_primary("the state exchange lacks a member's queue position")
+            return
         self.stats["rounds"] += 1
+        self._reconcile(key, order, positions)
 
     def on_message(self, msg: Any) -> bool:
         """One delivered message. False: not a work-queue message (the application's)."""
@@ -226,8 +236,6 @@ class Replica:
                     self.held.append((sender, obj))
                 else:
                     self.stats["batches_refused"] += 1  # refused by every member alike
-            elif kind == HELLO:
-                self._on_hello(sender, obj)
             elif kind == APPLIED:
                 epoch, applied = obj[1], obj[2]
                 # reports go by multicast or unicast, two streams with no order between
@@ -343,7 +351,7 @@ class Replica:
     def _submit(self, req: Request) -> Request:
         if self.phase is Phase.ACTIVE:
             self._send(req)
-        elif self.phase in (Phase.RECONCILING, Phase.AWAIT_SNAPSHOT, Phase.IDLE):
+        elif self.phase in (Phase.AWAIT_SNAPSHOT, Phase.IDLE):
             self.unsent.append(req)
         else:
             self._finish(req, error=self._not_primary())
@@ -605,27 +613,12 @@ class Replica:
             self._send(req)
 
     # ======================================================================================
-    # epochs: the HELLO round, snapshots, losing the primary
+    # epochs: reconciliation, snapshots, losing the primary
     # ======================================================================================
-    def _on_hello(self, sender: bytes, obj: list) -> None:
-        _, key, epoch, applied, members = obj
-        r = self.round
-        if r is None or key != r["key"] or sender not in r["members"]:
-            self.stats["stale_hellos"] += 1
-            return
-        if type(epoch) is not int or type(applied) is not int or type(members) is not list:
-            raise ValueError("malformed HELLO")
-        r["hellos"].setdefault(sender, (epoch, applied, members))
-        if len(r["hellos"]) == len(r["members"]):
-            self._complete_round(r)
-
-    def _complete_round(self, r: dict) -> None:
-        self.round = None
-        order = r["members"]
-        hellos = r["hellos"]
-        best = max((hellos[m][0], hellos[m][1]) for m in order)
-        donor = next(m for m in order if hellos[m][:2] == best)
-        best_members = hellos[donor][2]
+    def _reconcile(self, key: list, order: list, positions: dict) -> None:
+        best = max(positions[m][:2] for m in order)
+        donor = next(m for m in order if positions[m][:2] == best)
+        best_members = positions[donor][2]
         present = sum(1 for m in best_members if m in set(order))
         if best_members and 2 * present <= len(best_members):
             # the most advanced state we can see belongs to an epoch most of whose members
@@ -634,30 +627,21 @@ class Replica:
             self._lose_primary("no majority of the last epoch's members")
             return
         pid = self.view.primary_id
-        mine = hellos[self.uid][:2]
-        if mine == best:
+        if positions[self.uid][:2] == best:
             self.state.begin_epoch(pid, order)
-            stale = [a for a in self.view.members if hellos[a.uid][:2] != best]
+            stale = [a for a in self.view.members if positions[a.uid][:2] != best]
             if donor == self.uid and stale:
                 snap = self.state.snapshot()
                 for a in stale:
-                    self._emit(a, [SNAP, r["key"], snap], False)
+                    self._emit(a, [SNAP, key, snap], False)
                 self.stats["snapshots_sent"] += len(stale)
             self._activate(in_sync=True)
         else:
             self.phase = Phase.AWAIT_SNAPSHOT
-            self.await_key = r["key"]
-            self.held = []
-            early, self.early_snap = self.early_snap, None
-            if early is not None and early[0] == r["key"]:
-                self._on_snapshot(early[1])
+            self.await_key = key
 
     def _on_snapshot(self, obj: list) -> None:
         _, key, data = obj
-        if self.phase is Phase.RECONCILING and self.round is not None and \
-                key == self.round["key"]:
-            self.early_snap = (key, obj)  # unicast overtook the last HELLO's delivery here
-            return
         if self.phase is not Phase.AWAIT_SNAPSHOT or key != self.await_key:
             self.stats["stale_snapshots"] += 1
             return
@@ -777,3 +761,21 @@ class Replica:
                                     "rejected": q.counters[3], "requeued": q.counters[4]}
                            for q in s.queues.values()},
                 "stats": dict(self.stats)}
+
+
+def _positions(data: Any, order: list) -> Optional[dict]:
+    """{uid: (epoch, applied, members)} of every member in ``order`` from a state exchange's
+    announcements, or None when one is missing or malformed."""
+    if type(data) is not dict:
+        return None
+    out = {}
+    for uid in order:
+        p = data.get(uid)
+        if type(p) is not list or len(p) != 3:
+            return None
+        epoch, applied, members = p
+        if type(epoch) is not int or type(applied) is not int or type(members) is not list \
+                or not all(type(m) is bytes for m in members):
+            return None
+        out[uid] = (epoch, applied, members)
+    return out

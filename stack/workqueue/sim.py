@@ -9,8 +9,8 @@
     sim.run_until(lambda: req.done, 5)
 
 Deliveries reach the replica synchronously, in delivery order (views through the member's
-``deliver``, messages through ``on_message``); state transfer goes through the stack's
-``state_transfer`` layer. What the replica sends goes out after the current event (never
+``deliver``, messages through ``on_message``); its queue position goes into every view's
+state exchange (``Stack.exchange_handlers``), and joiners get the state from the donor. What the replica sends goes out after the current event (never
 re-entering the stack), and waits while the stack refuses (a flush, flow control).
 ``restart()`` restarts the member as a fresh incarnation with a fresh replica.
 """
@@ -56,14 +56,12 @@ class SimQueues:
         self.replica = Replica(m.stack.local, self.config, clock=lambda: self.sim.now)
         if self.listener is not None:
             self.replica.state.listener = lambda ev: self.listener(self, ev)
-        m.stack.layer("state_transfer").handlers(self._get_state, self._set_state)
+        replica = self.replica
+
+        def result(view_id: list, data: dict) -> None:
+            replica.on_exchange(view_id, {a.uid: d for a, d in data.items()})
+        m.stack.exchange_handlers(replica.exchange_data, result)
         self.pending = []
-
-    def _get_state(self) -> bytes:
-        return self.replica.get_state()
-
-    def _set_state(self, data: bytes) -> None:
-        self.replica.set_state(data)
 
     def _current(self) -> bool:
         return self.member.alive and self.member.incarnation == self.incarnation

@@ -204,7 +204,7 @@ def test_joiner_gets_the_queues_through_state_transfer():
             await asyncio.sleep(0.2)
             stop_pub.set()
             await task
-            assert joiner.queues.replica.stats["state_transfers"] == 1
+            assert joiner.queues.replica.stats["snapshots_received"] == 1  # from the donor
             await until(lambda: len(digests(chans)) == 1, 10, "joiner equal to the others")
             qj = await joiner.queue("st")
             assert qj.depth() == 200 + len(published)

@@ -3,11 +3,10 @@ the view goes up), quorum rules, primary ids, interrupted rounds, attributes, No
 import pytest
 
 from raygroups.stack.errors import NotPrimary
-from raygroups.stack.events import GetPhysical, Writable
+from raygroups.stack.events import CollectExchange, ExchangeResult, GetPhysical, Writable
 from raygroups.stack.message import INTERNAL, Message
-from raygroups.stack.primary import (IN_PROGRESS, ONLINE, STATE, CollectExchange,
-                                     ExchangeResult, MemberAttributes, Primary, PrimaryConfig,
-                                     SetStatus)
+from raygroups.stack.primary import (IN_PROGRESS, ONLINE, STATE, MemberAttributes, Primary,
+                                     PrimaryConfig, SetStatus)
 from raygroups.stack.view import View, ViewChange, ViewId
 
 from .sandwich import Sandwich

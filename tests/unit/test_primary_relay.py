@@ -4,9 +4,9 @@ message; every member then computes exactly what seed 002's all-to-all exchange 
 quorum, primary id, joiners, attributes - from the same states."""
 import pytest
 
+from raygroups.stack.events import ExchangeResult
 from raygroups.stack.message import INTERNAL, Message
-from raygroups.stack.primary import (ONLINE, REPORT, STATE, STATES, ExchangeResult,
-                                     MemberAttributes, Primary)
+from raygroups.stack.primary import ONLINE, REPORT, STATE, STATES, MemberAttributes, Primary
 from raygroups.stack.view import View, ViewId
 
 from .test_primary import PHYS, change, delivered_views, exchange, make, vid

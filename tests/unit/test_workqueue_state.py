@@ -271,9 +271,12 @@ class Bus:
         members = members or self.addrs
         v = View(ViewId(members[0], self.counter), tuple(members), primary,
                  self.pid if primary else 0)
-        for r in self.replicas:
-            if r.local in members and r.local not in self.cut:
-                r.on_view(v)
+        # the state exchange of the primary layer: every member's position, then the view
+        here = [r for r in self.replicas if r.local in members and r.local not in self.cut]
+        positions = {r.uid: r.exchange_data() for r in here}
+        for r in here:
+            r.on_exchange([members[0].uid, self.counter], positions)
+            r.on_view(v)
         self.flush()
         return v
 
@@ -389,6 +392,58 @@ def test_stale_member_gets_the_donors_state():
     assert c.stats["snapshots_received"] == 1 and a.stats["snapshots_sent"] == 1
     assert len({r.state.digest() for r in bus.replicas}) == 1
     assert c.phase is Phase.ACTIVE and c.state.queues["q"].depth == 5
+
+
+def test_the_epoch_is_decided_in_the_views_own_exchange_so_a_crash_after_it_strands_nothing():
+    """The work queue campaign's seed 14000110 in miniature. The last epoch is {a, b}; the
+    merge view of all five is primary; a, its donor, crashes right after installing it. The
+    epoch of the merge view was decided from the positions in its state exchange, before
+    anyone could crash out of a second round: b began it, so the next view (b..e, a
+    majority of the five) serves, and the others get b's state."""
+    bus = Bus(5)
+    bus.view()
+    a, b, c, d, e = bus.replicas
+    a.create("q")
+    bus.flush()
+    bus.view([a.local, b.local, c.local])
+    bus.view([a.local, b.local])
+    assert a.state.members == [a.uid, b.uid]
+    pubs = [a.publish("q", b"%d" % i) for i in range(3)]
+    bus.flush()
+    assert all(p.done and p.error is None for p in pubs)
+    members = [r.local for r in bus.replicas]
+    bus.counter += 1
+    bus.pid += 1
+    merged = View(ViewId(a.local, bus.counter), tuple(members), True, bus.pid)
+    positions = {r.uid: r.exchange_data() for r in bus.replicas}
+    for r in bus.replicas:
+        r.on_exchange([a.uid, bus.counter], positions)
+        r.on_view(merged)
+    bus.cut = {a.local}  # a crashes before its snapshots go out
+    assert b.phase is Phase.ACTIVE and b.state.members == [r.uid for r in bus.replicas]
+    bus.view([b.local, c.local, d.local, e.local])
+    assert all(r.phase is Phase.ACTIVE for r in (b, c, d, e))
+    assert {r.state.queues["q"].depth for r in (b, c, d, e)} == {3}
+
+
+def test_a_member_missing_from_the_exchange_keeps_the_queue_waiting():
+    """No position from a member (or a malformed one): every member decides alike that
+    the view cannot serve the queue."""
+    bus = Bus(3)
+    bus.view()
+    a, b, c = bus.replicas
+    bus.counter += 1
+    bus.pid += 1
+    v = View(ViewId(a.local, bus.counter), (a.local, b.local, c.local), True, bus.pid)
+    for bad in ({a.uid: a.exchange_data(), b.uid: b.exchange_data()},
+                {a.uid: a.exchange_data(), b.uid: b.exchange_data(), c.uid: [1, "x", []]}):
+        for r in bus.replicas:
+            r.on_exchange([a.uid, bus.counter], bad)
+            r.on_view(v)
+        assert all(r.phase is Phase.NOT_PRIMARY for r in bus.replicas)
+        assert all(r.stats["positions_missing"] >= 1 for r in bus.replicas)
+        bus.counter += 1
+        v = View(ViewId(a.local, bus.counter), v.members, True, bus.pid)
 
 
 def test_minority_refuses_and_unknown_outcomes():
