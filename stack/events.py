@@ -202,3 +202,10 @@ class ExchangeResult:
     member, the same at every member of the view."""
     data: dict
     view_id: list = field(default_factory=list)
+
+
+@dataclass
+class HoldMerges:
+    """GMS -> MERGE (``Gms.hold_merges``): while ``held``, this member announces no INFO, so
+    that no other view's coordinator tries to merge with it."""
+    held: bool

@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .address import Address
-from .events import (AddPhysical, Catchup, Connect, FindMembers, GetDigest, GetPhysical, Leave,
-                     MemberDead, MembershipStatus, MergeDigest, MergeInfo, SetDigest,
-                     Stability, Unsuspect, ViewInstalled)
+from .events import (AddPhysical, Catchup, Connect, FindMembers, GetDigest, GetPhysical,
+                     HoldMerges, Leave, MemberDead, MembershipStatus, MergeDigest, MergeInfo,
+                     SetDigest, Stability, Unsuspect, ViewInstalled)
 from .gms_merge import Merger
 from .layer import Layer, MALFORMED
 from .message import CONTROL, INTERNAL, Message
@@ -138,6 +138,7 @@ class Gms(Layer):
         self.catching_up = False
         self.highest_counter = 0              # no view id is ever created twice
         self.stale_infos: dict = {}  # member of our view -> INFOs of a newer view
+        self.merge_held = False  # hold_merges: neither lead nor take part in a merge
         self.merger = Merger(self)
         self.flush = Flush(self)
 
@@ -404,6 +405,13 @@ class Gms(Layer):
             self.leaves.append(sender)
             if self.is_coord:
                 self._schedule_view()
+
+    def hold_merges(self, held: bool) -> None:
+        """While held, this member neither leads a merge nor takes part in one (it refuses
+        MERGE_REQs) and announces no INFO: a member that must not come back yet stays out
+        (the member actor's fence, asking Ray about its node after it was excluded)."""
+        self.merge_held = held
+        self.below.down_event(HoldMerges(held))
 
     @property
     def busy(self) -> bool:

@@ -68,7 +68,8 @@ class Merger:
         seen, self.sightings = self.sightings, {}
         others = sorted(a for a, n in seen.items()
                         if n >= MIN_SIGHTINGS and a not in self.incompatible)
-        if not others or self.busy or not g.is_coord or g.busy or g.state.value != "member":
+        if not others or self.busy or not g.is_coord or g.busy or g.state.value != "member" \
+                or g.merge_held:
             return
         if any(m in g.suspects for m in g.view.members):
             g._schedule_view()  # exclude the dead first; merge on a later check
@@ -165,7 +166,7 @@ class Merger:
             g._send(sender, [MERGE_RSP, merge_id, False, diffs])
             return
         if self.busy or g.busy or g.state.value != "member" or g.view is None \
-                or not g.is_coord:
+                or not g.is_coord or g.merge_held:
             g._send(sender, [MERGE_RSP, merge_id, False, None])
             return
         if any(m in g.suspects for m in g.view.members):

@@ -15,7 +15,8 @@ import collections
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .events import DiscoveryTargets, EmitTo, GetPhysical, MergeInfo, ViewInstalled
+from .events import (DiscoveryTargets, EmitTo, GetPhysical, HoldMerges, MergeInfo,
+                     ViewInstalled)
 from .layer import MCAST, Layer
 from .message import CONTROL, Message
 from .view import View
@@ -42,13 +43,14 @@ class MergeDetector(Layer):
         super().__init__(config)
         self.view: Optional[View] = None
         self.gone: collections.OrderedDict = collections.OrderedDict()  # addr -> when it left
+        self.held = False  # HoldMerges: announce nothing
 
     def start(self) -> None:
         self.ctx.every(self.config.info_interval_s, self._announce, jitter=0.3)
 
     def _announce(self) -> None:
         v = self.view
-        if v is None or self.ctx.local not in v:
+        if v is None or self.ctx.local not in v or self.held:
             return
         hdr = [INFO, v.view_id.coord.uid, v.view_id.id, v.coordinator == self.ctx.local]
         targets = list(self.below.down_event(DiscoveryTargets()) or ())
@@ -81,6 +83,9 @@ class MergeDetector(Layer):
                                       bool(is_coord)))
 
     def down_event(self, ev: Any) -> Any:
+        if type(ev) is HoldMerges:
+            self.held = ev.held
+            return True
         if type(ev) is ViewInstalled:
             now, members = self.ctx.now(), set(ev.view.members)
             for addr in (ev.previous.members if ev.previous is not None else ()):

@@ -547,6 +547,28 @@ def test_a_busy_coordinator_rejects_a_merge_request():
     assert hdr(rsp) == [MERGE_RSP, [low.uid, 1], False, None]
 
 
+def test_merges_held_neither_lead_nor_take_part_and_announce_nothing():
+    """``Gms.hold_merges``: the member actor's fence keeps an excluded member out while it
+    asks Ray about its node; released, it merges as before."""
+    from raygroups.stack.events import HoldMerges
+    s = coordinator()
+    s.gms.hold_merges(True)
+    assert s.below.events_of(HoldMerges) == [HoldMerges(True)]  # MERGE stops its INFOs
+    for _ in range(2):
+        s.gms.up_event(MergeInfo(HIGH, HIGH, 4, True))
+    s.advance(1.0)  # merge_check_s
+    assert s.gms.stats["merges_started"] == 0 and not sent(s, START_FLUSH)
+    low = s.ctx.book.add(Address(b"\x00" * 16, "L"))
+    s.up(Message(s.local, b"", INTERNAL, {5: [MERGE_REQ, [low.uid, 1]]}, low))
+    [rsp] = sent(s, MERGE_RSP)
+    assert hdr(rsp)[2] is False and not s.gms.merger.busy
+    s.gms.hold_merges(False)
+    for _ in range(2):
+        s.gms.up_event(MergeInfo(HIGH, HIGH, 4, True))
+    s.advance(1.0)
+    assert s.gms.stats["merges_started"] == 1
+
+
 def test_a_merge_nobody_answered_is_cancelled_and_sending_resumes():
     s = merge_leader()
     run_flush(s)
