@@ -29,7 +29,8 @@ from dataclasses import replace
 from typing import Any, AsyncIterator, Callable, Iterator, Optional
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+from ray.exceptions import (ActorUnschedulableError, GetTimeoutError, RayActorError,
+                            RayTaskError)
 
 from raygroups.stack import RaygroupsError, StackConfig
 from raygroups.stack.auth import as_ring, key_id
@@ -44,6 +45,8 @@ from .placement import (DEFAULT_PORT, NAMESPACE, actor_name, alive_nodes,
                         is_loopback, member_of, plan, stack_config)
 
 CALL_TIMEOUT_S = 60.0
+# a member actor that died, or cannot be placed (its node is dead): another member answers
+GONE = (RayActorError, ActorUnschedulableError)
 _remote_cls = None
 
 
@@ -124,7 +127,7 @@ class Group:
                port: Optional[int] = None, http: bool = True, http_port: int = 0,
                http_host: Optional[str] = None, http_auth: str = "debug",
                http_tls: Optional[tuple] = None, token: Optional[str] = None,
-               ray_signal: bool = True, ray_poll_s: float = 0.1,
+               ray_signal: bool = True, ray_poll_s: float = 0.1, fence: bool = True,
                max_restarts: int = -1, this_node: bool = False, timeout: float = 60.0,
                metrics_interval_s: float = 5.0, follow_nodes: bool = False,
                wait: bool = True, cluster_key: Any = None, insecure: bool = False,
@@ -149,8 +152,10 @@ class Group:
         (the member actors' specs; ``MemberActor.group_key``), never in logs, members files
         or the HTTP API. ``insecure=True`` (with no key) runs the group unauthenticated, and
         every member says so in a warning when it starts.
-        ``ray_signal``: Ray as a second failure signal. ``max_restarts``: Ray restarts a
-        crashed member this often (-1: always); it rejoins with a fresh UUID.
+        ``ray_signal``: Ray as a second failure signal. ``fence``: a member whose node Ray
+        declared dead (or that Ray's head cannot reach while its peers can) leaves and never
+        rejoins from it (actors/fence.py). ``max_restarts``: Ray restarts a crashed member
+        this often (-1: always); it rejoins with a fresh UUID.
         ``follow_nodes``: then a detached supervisor (actors/follower.py) keeps
         ``members_per_node`` members on every alive node, on nodes added later too, with
         these settings; ``shutdown`` stops it. With ``wait=False`` (only with
@@ -187,7 +192,7 @@ class Group:
                       discovery=discovery, config=config, stack_options=stack_options, port=port,
                       http=http, http_port=http_port, http_host=http_host,
                       http_auth=http_auth, http_tls=http_tls, ray_signal=ray_signal,
-                      ray_poll_s=ray_poll_s, max_restarts=max_restarts,
+                      ray_poll_s=ray_poll_s, fence=fence, max_restarts=max_restarts,
                       timeout=min(timeout, 30.0), metrics_interval_s=metrics_interval_s,
                       cluster_key=None, insecure=insecure)  # the key: from Ray's KV
         if not wait:
@@ -260,7 +265,7 @@ class Group:
                               http_port=http_port + s.k if http_port else 0, token=token,
                               http_host=http_host, http_auth=http_auth,
                               http_tls=tuple(http_tls) if http_tls else None,
-                              ray_signal=ray_signal,
+                              ray_signal=ray_signal, fence=fence,
                               ray_poll_s=ray_poll_s, metrics_interval_s=metrics_interval_s,
                               extra={"detached": detached})
             if created and not existing:
@@ -409,7 +414,7 @@ class Group:
         return refs
 
     def _failed(self, name: str, e: BaseException) -> None:
-        if isinstance(e, RayActorError):
+        if isinstance(e, GONE):
             self._handles[name] = None  # look it up again (restarted, or gone)
         self._avoid.add(name)
         if self._current == name:
@@ -439,7 +444,7 @@ class Group:
                 try:
                     out = ray.get(getattr(self._handle(name), method).remote(*args, **kw),
                                   timeout=timeout)
-                except (RayTaskError, RayActorError, NotMember) as e:
+                except (RayTaskError, *GONE, NotMember) as e:
                     last = self._failure(name, e, member)
                     if member is not None:
                         break
@@ -463,7 +468,7 @@ class Group:
                 try:
                     ref = getattr(self._handle(name), method).remote(*args, **kw)
                     out = await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout)
-                except (RayTaskError, RayActorError, NotMember) as e:
+                except (RayTaskError, *GONE, NotMember) as e:
                     last = self._failure(name, e, member)
                     if member is not None:
                         break

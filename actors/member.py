@@ -11,12 +11,14 @@ Around the channel it keeps
   is installed), and a bounded inbox of delivered messages (``receive`` takes batches; when
   nobody reads, the oldest are dropped and counted, so a member nobody reads from never
   stalls the group);
-* Ray as a second failure signal (``watcher.RaySignal``), the HTTP API and status page
-  (``http_api.py``), metrics (``metrics.py``) and JSON logs (``logs.py``).
+* Ray as a second failure signal (``watcher.RaySignal``), the fence that takes the member
+  out for good when Ray gives up on its node (``fence.NodeFence``), the HTTP API and status
+  page (``http_api.py``), metrics (``metrics.py``) and JSON logs (``logs.py``).
 
 Member states: ``starting`` -> ``joining`` -> ``member``; ``paused`` (debug pause),
 ``leaving`` -> ``left`` (graceful leave; ``rejoin`` makes it a member again, fresh UUID),
-``shutdown`` (debug shutdown: the stack stopped without leaving, like a crash).
+``shutdown`` (debug shutdown: the stack stopped without leaving, like a crash), ``fenced``
+(Ray gave up on the member's node: it left and never rejoins; its process exits).
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ from raygroups.stack.events import GetPhysical, MemberDead, Suspect, Unsuspect
 
 from . import logs
 from .errors import NotMember
+from .fence import FenceConfig, NodeFence, exit_process, is_fence_message
 from .group_key import member_ring, read_ring, ring_ids
 from .metrics import MetricsExporter, dropped, figures
 from .placement import NAMESPACE, actor_name
@@ -70,6 +73,9 @@ class MemberSpec:
     ray_signal: bool = True
     ray_poll_s: float = 0.1
     watchers: int = 2
+    fence: bool = True
+    """Fence the member when Ray gives up on its node (actors/fence.py)."""
+    fence_config: FenceConfig = field(default_factory=FenceConfig)
     join_timeout_s: float = 30.0
     history: int = 1000
     """View history entries kept."""
@@ -138,6 +144,9 @@ class MemberActor(QueueMethods):
         self.log = logs.setup(spec.cluster, spec.name, self._view_counter)
         self.exporter: Optional[MetricsExporter] = None
         self.signal: Optional[RaySignal] = None
+        self.fence: Optional[NodeFence] = None
+        self.fenced: Optional[str] = None
+        self._signal_task: Optional[asyncio.Task] = None
         # Ray 2.60 runs an async actor's __init__ on its event loop: start right away, so a
         # restarted actor (nobody calls it) rejoins by itself.
         self._start_task = asyncio.get_running_loop().create_task(self._start())
@@ -171,7 +180,12 @@ class MemberActor(QueueMethods):
             self.signal = RaySignal(spec.cluster, spec.namespace, self._view_members,
                                     self._local, self._on_ray_dead, spec.ray_poll_s,
                                     spec.watchers)
-            self._tasks.append(asyncio.create_task(self.signal.run()))
+            self._signal_task = asyncio.create_task(self.signal.run())
+            self._tasks.append(self._signal_task)
+        if spec.fence:
+            self.fence = NodeFence(self.node_id, spec.fence_config, ray.nodes, self._fence_view,
+                                   self._fence_send, self._do_fence, self._hold_merges)
+            self._tasks.append(asyncio.create_task(self.fence.run()))
         if spec.wait_for:
             await self._wait_for_founder(spec.wait_for)
         if not await self._take_group_key():
@@ -236,7 +250,7 @@ class MemberActor(QueueMethods):
     async def _join_until_member(self) -> None:
         """Join; on failure (a port still held by our previous process, ...) try again."""
         delay = 0.2
-        while True:
+        while self.fenced is None:
             try:
                 await self._join()
                 return
@@ -256,6 +270,8 @@ class MemberActor(QueueMethods):
 
     async def _join(self) -> None:
         spec = self.spec
+        if self.fenced is not None:
+            raise NotMember(f"{spec.name} is fenced ({self.fenced}): it never rejoins")
         self.state = "joining"
         kw: dict = {}
         store = self._store_client()
@@ -315,6 +331,10 @@ class MemberActor(QueueMethods):
             async for ev in ch.events():
                 if type(ev) is ViewChange:
                     self._on_view(ch, ev)
+                elif is_fence_message(ev.payload):  # the fence's own question and answers
+                    if self.fence is not None:
+                        asyncio.get_running_loop().create_task(
+                            self.fence.on_message(ev.sender, ev.payload))
                 else:
                     if len(self.inbox) >= self.spec.inbox:
                         self.inbox.popleft()
@@ -334,6 +354,9 @@ class MemberActor(QueueMethods):
         self.log.info("installed view %s: %s (joined %s, left %s)", _view_id(vc.view),
                       [m.name for m in vc.view.members], [m.name for m in vc.joined],
                       [m.name for m in vc.left])
+        if self.fence is not None and len(vc.view) == 1 and vc.previous is not None \
+                and len(vc.previous) > 1:  # excluded: ask Ray before merging back
+            asyncio.get_running_loop().create_task(self.fence.excluded())
         self._wake()
 
     def _wake(self) -> None:
@@ -410,6 +433,45 @@ class MemberActor(QueueMethods):
                          "dropped_inbox_full": self.inbox_dropped,
                          "ray_verdicts": self.ray_verdicts}
         return out
+
+    # -- the fence (actors/fence.py) ---------------------------------------------------------
+    def _fence_view(self) -> Optional[tuple]:
+        ch = self.channel
+        if ch is None or ch.stack is None or ch.view is None or self.state != "member":
+            return None
+        return ch.view.members, bool(ch.view.primary), ch.address
+
+    def _hold_merges(self, held: bool) -> None:
+        ch = self.channel
+        if ch is not None and ch.stack is not None and self._has_gms():
+            ch.stack.layer("gms").hold_merges(held)
+            self.log.info("merges %s", "held: asking Ray about this node" if held else
+                          "released: Ray counts this node alive")
+
+    async def _fence_send(self, dest, payload: bytes) -> None:
+        ch = self._member_channel()
+        await asyncio.wait_for(ch.send(payload, dest=dest), 1.0)
+
+    async def _do_fence(self, reason: str) -> None:
+        """Out of the group for good: leave (gracefully when in a primary component), never
+        rejoin, and let the process go so that Ray starts a fresh incarnation where it can."""
+        self.fenced, self.error = reason, f"fenced: {reason}"
+        ch, was = self.channel, self.state
+        self.state = "fenced"
+        if self._signal_task is not None:
+            self._signal_task.cancel()  # we report nobody dead any more
+        if ch is not None and ch.stack is not None and was in ("member", "paused"):
+            self._resume()
+            try:
+                if ch.view is not None and ch.view.primary:
+                    await ch.close(timeout=5.0)
+                else:
+                    ch.stack.stop()
+                    await ch.runtime.close()
+            except Exception as e:
+                self.log.warning("fence: leaving failed (%s); stopping", e)
+        self._wake()
+        exit_process(self.spec.fence_config.exit_after_s)
 
     # -- Ray as a failure signal ------------------------------------------------------------
     async def _on_ray_dead(self, addr) -> None:
@@ -490,7 +552,7 @@ class MemberActor(QueueMethods):
                 "view_id": _view_id(view), "view_size": len(view) if view else 0,
                 "coordinator": bool(view and ch.address == view.coordinator),
                 "restarts": self.restarts, "started_at": self.started_at,
-                "error": self.error}
+                "error": self.error, "fenced": self.fenced}
 
     def view(self):
         """The current view (a ``raygroups.stack.View``)."""
@@ -600,7 +662,10 @@ class MemberActor(QueueMethods):
             self._wake()
 
     async def rejoin(self, timeout: float = 30.0) -> dict:
-        """Join again (after leave or a debug shutdown): a fresh UUID. No-op for a member."""
+        """Join again (after leave or a debug shutdown): a fresh UUID. No-op for a member;
+        a fenced member never rejoins (NotMember)."""
+        if self.fenced is not None:
+            raise NotMember(f"{self.spec.name} is fenced ({self.fenced}): it never rejoins")
         if self.state in ("left", "shutdown"):
             self._join_done.clear()
             await self._join()
@@ -693,6 +758,7 @@ class MemberActor(QueueMethods):
         out["ray_signal"] = ({"watching": self.signal.watched(), **self.signal.stats,
                               "verdicts_fed": self.ray_verdicts}
                              if self.signal is not None else None)
+        out["fence"] = self.fence.info() if self.fence is not None else None
         out["config"] = {"transport": self.spec.config.transport.kind,
                          "membership": self.spec.config.membership,
                          "bind_addr": self.spec.config.transport.bind_addr,
