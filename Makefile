@@ -12,7 +12,7 @@ SEEDS ?= 1000
 JOBS ?= 2
 BUGGIFY ?= test
 
-.PHONY: demo test campaign
+.PHONY: demo test campaign campaign-hosts
 demo: $(VENV)/.installed
 	$(PY) -m raygroups.integration.demo
 
@@ -25,3 +25,8 @@ campaign: $(VENV)/.installed
 	@test -n "$(BASE)" || { echo "make campaign needs BASE=<first seed, one never run before>"; exit 2; }
 	$(PY) -m tests.campaign --seeds $(SEEDS) --base $(BASE) --jobs $(JOBS) --buggify $(BUGGIFY) \
 		$(foreach x,$(EXCLUDE),--exclude $(x)) $(TESTS)
+
+# The fault campaign across Ray hosts in network namespaces, as root (tests/hosts/):
+# make campaign-hosts HOURS=1 [LONG=1] [BASE=<first seed>]
+campaign-hosts: $(VENV)/.installed
+	$(PY) -m tests.hosts.campaign --hours $(or $(HOURS),1) $(if $(LONG),--long) $(if $(BASE),--base $(BASE))

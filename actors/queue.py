@@ -98,6 +98,11 @@ class _Renewer:
                 try:
                     group._call("queue_renew", CLIENT, lease_s, member=member,
                                 timeout=max(1.0, lease_s / 3))
+                except SystemExit:  # Ray shuts down in this process: nothing to renew
+                    with self.lock:
+                        self.held.clear()
+                        self.thread = None
+                    return
                 except Exception as e:  # noqa: BLE001 - the member is gone or slow: its
                     log.debug("lease renewal at %s failed: %s", member, e)  # deliveries
             self.wake.wait(min(lease for _m, _g, lease in todo) / 3)  # are requeued anyway

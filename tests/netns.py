@@ -279,16 +279,18 @@ class NetLab:
         _terminate(p)
 
     # -- faults -----------------------------------------------------------------------
-    def partition(self, groups: Sequence[Sequence[int]], outbound: bool = False) -> None:
+    def partition(self, groups: Sequence[Sequence[int]], outbound: bool = False,
+                  bridges: bool = False) -> None:
         """Cut the lab into ``groups`` of host indexes; hosts in no group are isolated.
         Packets from another group are dropped at input (the sender sees nothing, as with
         a real cut). ``outbound=True`` also drops them at output, where a UDP ``sendto``
-        then fails with EPERM -- unlike a real network."""
+        then fails with EPERM -- unlike a real network. ``bridges=True`` lets a host be in
+        several groups: it sees all of them, and they do not see each other."""
         seen: set[int] = set()
         for g in groups:
             for k in g:
                 self.addr(k)
-                if k in seen:
+                if k in seen and not bridges:
                     raise ValueError(f"host {k} in two groups")
                 seen.add(k)
         self._groups = [list(g) for g in groups]
@@ -344,7 +346,7 @@ class NetLab:
     def _blocked(self, k: int) -> list[str]:
         if self._groups is None:
             return []
-        mine = next((g for g in self._groups if k in g), [k])
+        mine = {h for g in self._groups if k in g for h in g} or {k}
         return [self.addr(h) for h in range(self.n) if h not in mine]
 
     def _apply(self, k: int) -> None:

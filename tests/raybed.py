@@ -138,10 +138,19 @@ class RayHosts:
             conf = os.path.join(tmp, f"sshd{k}.conf")
             with open(conf, "w") as f:
                 f.write(SSHD_CONFIG.format(addr=self.addr(k), tmp=tmp, k=k))
-            self.lab.spawn(k, self._private([SSHD, "-D", "-e", "-f", conf], k, pids=True),
-                           name="sshd")
+            self._spawn_sshd(k)
         for k in range(1, self.n):
             self._wait_ssh(k)
+
+    def _spawn_sshd(self, k: int) -> None:
+        conf = os.path.join(self.tmp, f"sshd{k}.conf")
+        self.lab.spawn(k, self._private([SSHD, "-D", "-e", "-f", conf], k, pids=True),
+                       name="sshd")
+
+    def restart_sshd(self, k: int) -> None:
+        """Host k boots again after ``kill_host``: a fresh sshd (and PID namespace)."""
+        self._spawn_sshd(k)
+        self._wait_ssh(k)
 
     def _private_dir(self, k: int) -> str:
         return os.path.join(self.tmp, f"host{k}-tmp-ray")

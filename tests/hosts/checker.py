@@ -1,0 +1,126 @@
+"""Checkers on the histories of a host campaign run (tests/hosts/campaign.py), one per
+property. Each takes what was recorded and returns the violations it found (strings).
+
+Queue (the same rules as the simulator's tests/sim/queue_history.py, on client records keyed
+by message body instead of replica state):
+- ``queue_lost``: every publish acknowledged ok was accepted (on its queue or, rejected, on
+  the alternate), unless an accept of it has an unknown outcome;
+- ``queue_twice``: nothing accepted ok twice; nothing accepted that was never published, or
+  whose publish failed definitely;
+- ``queue_reject``: a reject acknowledged ok reached the alternate queue exactly once.
+Views (from every member's view history, JSON as ``MemberActor.view_history`` gives it):
+- ``view_agreement``: a view id names one member list everywhere;
+- ``one_primary``: a primary id names one primary component (MySQL Group Replication);
+- ``flapping``: no member incarnation is excluded twice in one fault's window (it left a
+  view, came back, and left again: e.g. allowed back from a node Ray had given up on).
+Multicast:
+- ``duplicates``: no member delivered a message twice.
+"""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+MAIN, ALT = "jobs", "jobs.dead"
+
+
+def queue_checks(records: list) -> dict:
+    """{checker: [violations]} for the queue, and ``ops``: operations checked."""
+    publish: dict = {}
+    accepted: Counter = Counter()
+    accepted_on: dict = {}
+    accept_info: set = set()
+    rejected: Counter = Counter()
+    for r in records:
+        op, at, body = r.get("op"), r.get("at"), r.get("body")
+        if op == "publish":
+            if at == "invoke":
+                publish.setdefault(body, "info")  # no completion recorded: unknown
+            else:
+                publish[body] = at
+        elif op == "accept" and at != "invoke":
+            if at == "ok":
+                accepted[body] += 1
+                accepted_on[body] = r.get("queue")
+            elif at == "info":
+                accept_info.add(body)
+        elif op == "reject" and at == "ok" and r.get("queue") == MAIN:
+            rejected[body] += 1
+    lost, twice, rej = [], [], []
+    for body, n in accepted.items():
+        if n > 1:
+            twice.append(f"message {body} accepted {n} times")
+        if publish.get(body) not in ("ok", "info"):
+            twice.append(f"message {body} accepted, its publish {publish.get(body)}")
+    for body, st in publish.items():
+        if st == "ok" and not accepted.get(body) and body not in accept_info:
+            lost.append(f"acknowledged publish {body} was lost")
+    for body, n in rejected.items():
+        if n > 1:
+            rej.append(f"message {body} rejected {n} times")
+        elif accepted.get(body) and accepted_on.get(body) != ALT:
+            rej.append(f"message {body} rejected, then accepted on {accepted_on.get(body)}")
+        elif not accepted.get(body) and body not in accept_info:
+            rej.append(f"rejected message {body} never reached {ALT}")
+    ops = sum(1 for r in records if r.get("at") in ("ok", "fail", "info"))
+    return {"queue_lost": lost, "queue_twice": twice, "queue_reject": rej, "ops": ops,
+            "publish_ok": sum(1 for s in publish.values() if s == "ok")}
+
+
+def view_checks(histories: dict, windows: list = ()) -> dict:
+    """``histories``: {member: [view json, ...]} (oldest first); ``windows``: the start times
+    of the faults (a view installed at t belongs to the last window starting before t)."""
+    agreement, primary, flaps = [], [], []
+    by_id: dict = {}
+    by_pid: dict = {}
+    for member, views in histories.items():
+        for v in views:
+            key = (v["coord_uuid"], v["view_id"][1])
+            uuids = tuple(v["uuids"])
+            if by_id.setdefault(key, (member, uuids))[1] != uuids:
+                agreement.append(f"view {v['view_id']} has members {v['members']} at {member} "
+                                 f"and others at {by_id[key][0]}")
+            if v.get("primary") and v.get("primary_id"):
+                other = by_pid.setdefault(v["primary_id"], (member, key, set(uuids)))
+                if other[1:] != (key, set(uuids)):
+                    primary.append(f"primary id {v['primary_id']} given to view {key[1]} at "
+                                   f"{member} and view {other[1][1]} at {other[0]}")
+    starts = sorted(windows)
+    exclusions: dict = defaultdict(int)
+    for member, views in histories.items():
+        prev: set = set()
+        gone: Counter = Counter()
+        for v in views:
+            now = set(v["uuids"])
+            w = sum(1 for t in starts if t <= v.get("installed_at", 0))
+            for u in prev - now:
+                gone[(u, w)] += 1
+            prev = now
+        for key, n in gone.items():
+            exclusions[key] = max(exclusions[key], n)
+    for (u, w), n in exclusions.items():
+        if n > 1:
+            flaps.append(f"incarnation {u[:12]} excluded {n} times during fault {w}")
+    return {"view_agreement": agreement, "one_primary": primary, "flapping": flaps,
+            "views": sum(len(v) for v in histories.values())}
+
+
+def multicast_checks(records: list) -> dict:
+    seen: dict = defaultdict(Counter)
+    for r in records:
+        if r.get("op") == "received" and r.get("at") == "ok":
+            for b in r.get("bodies", ()):
+                seen[r.get("member")][b] += 1
+    dups = [f"{m} delivered {b} {n} times" for m, c in seen.items() for b, n in c.items()
+            if n > 1]
+    return {"duplicates": dups}
+
+
+CHECKERS = ("queue_lost", "queue_twice", "queue_reject", "view_agreement", "one_primary",
+            "flapping", "duplicates")
+
+
+def check(records: list, histories: dict, windows: list = ()) -> dict:
+    out = {**queue_checks(records), **view_checks(histories, windows),
+           **multicast_checks(records)}
+    out["violations"] = [f"{k}: {v}" for k in CHECKERS for v in out[k]]
+    return out

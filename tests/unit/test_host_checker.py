@@ -1,0 +1,71 @@
+"""The host campaign's checkers (tests/hosts/checker.py) on synthetic histories: a clean one
+passes, and each property broken makes its checker, and only it, report."""
+from tests.hosts.checker import ALT, MAIN, check
+
+
+def rec(op, at, body=None, **kw):
+    return {"t": 0.0, "c": "c1", "op": op, "at": at, "body": body, **kw}
+
+
+def clean_records():
+    return [rec("publish", "invoke", "a"), rec("publish", "ok", "a"),
+            rec("publish", "invoke", "b"), rec("publish", "ok", "b"),
+            rec("publish", "invoke", "c"), rec("publish", "fail", "c", err="QueueNotPrimary"),
+            rec("accept", "invoke", "a", queue=MAIN), rec("accept", "ok", "a", queue=MAIN),
+            rec("reject", "ok", "b", queue=MAIN), rec("accept", "ok", "b", queue=ALT),
+            rec("received", "ok", member="m1", bodies=["x:1", "x:2"])]
+
+
+def view(vid, members, uuids, t, primary=True, pid=None):
+    return {"view_id": [members[0], vid], "coord_uuid": uuids[0], "members": members,
+            "uuids": uuids, "primary": primary, "primary_id": pid if pid is not None else vid,
+            "installed_at": t}
+
+
+def clean_views():
+    return {"m1": [view(1, ["m1", "m2"], ["u1", "u2"], 1.0),
+                   view(2, ["m1"], ["u1"], 5.0, primary=False, pid=0),  # u2 excluded once
+                   view(3, ["m1", "m2"], ["u1", "u2"], 9.0)],
+            "m2": [view(1, ["m1", "m2"], ["u1", "u2"], 1.0),
+                   view(3, ["m1", "m2"], ["u1", "u2"], 9.0)]}
+
+
+def found(records, views, windows=(4.0,)):
+    r = check(records, views, list(windows))
+    return {v.split(":")[0] for v in r["violations"]}
+
+
+def test_a_clean_history_passes():
+    assert found(clean_records(), clean_views()) == set()
+
+
+def test_each_broken_property_is_reported_by_its_checker():
+    lost = [x for x in clean_records() if not (x["op"] == "accept" and x["body"] == "a")]
+    assert found(lost, clean_views()) == {"queue_lost"}
+    twice = clean_records() + [rec("accept", "ok", "a", queue=MAIN)]
+    assert found(twice, clean_views()) == {"queue_twice"}
+    failed = clean_records() + [rec("accept", "ok", "c", queue=MAIN)]
+    assert found(failed, clean_views()) == {"queue_twice"}  # a failed publish delivered
+    no_alt = [x for x in clean_records() if not (x["op"] == "accept" and x["body"] == "b")]
+    assert found(no_alt, clean_views()) == {"queue_reject", "queue_lost"}  # lost as well
+    dup = clean_records() + [rec("received", "ok", member="m1", bodies=["x:2"])]
+    assert found(dup, clean_views()) == {"duplicates"}
+    views = clean_views()
+    views["m2"][1] = dict(view(3, ["m1", "m2"], ["u1", "u2"], 9.0), uuids=["u1", "u3"])
+    assert "view_agreement" in found(clean_records(), views)  # view 3: another member list
+    views = clean_views()
+    views["m2"].append(view(4, ["m2"], ["u2"], 12.0, pid=3))  # primary id 3 given twice
+    assert found(clean_records(), views) == {"one_primary"}
+    views = clean_views()
+    views["m1"] += [view(4, ["m1"], ["u1"], 10.0, False, 0), view(5, ["m1", "m2"], ["u1", "u2"],
+                                                                11.0)]
+    assert found(clean_records(), views, windows=(4.0,)) == {"flapping"}  # twice in one window
+    assert found(clean_records(), views, windows=(4.0, 9.5)) == set()  # two faults, once each
+
+
+def test_an_unknown_outcome_excuses_nothing_but_a_loss():
+    recs = [rec("publish", "invoke", "a"), rec("publish", "info", "a", err="RayActorError"),
+            rec("accept", "ok", "a", queue=MAIN), rec("publish", "invoke", "p")]
+    assert found(recs, clean_views()) == set()  # published or not: accepted once is fine
+    recs.append(rec("accept", "ok", "a", queue=MAIN))
+    assert found(recs, clean_views()) == {"queue_twice"}
