@@ -701,7 +701,8 @@ class Group:
                 member: Optional[str] = None) -> list:
         """Up to ``max_messages`` messages delivered at one member (``member``, or the
         handle's current one), waiting up to ``timeout`` s for the first:
-        [{"sender", "sender_uuid", "payload"}]."""
+        [{"sender", "sender_uuid", "payload", "view"}] (``view``: [coordinator uuid, counter]
+        of the view the message was delivered in)."""
         return self._call("receive", max_messages, timeout, member=member,
                           timeout=timeout + CALL_TIMEOUT_S)
 

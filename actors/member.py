@@ -126,8 +126,9 @@ class MemberActor(QueueMethods):
         self.queue_host = QueueHost(spec.name, spec.extra.get("workqueue"))
         self.history: collections.deque = collections.deque(maxlen=spec.history)
         self.views_installed = 0
-        self.inbox: collections.deque = collections.deque()
+        self.inbox: collections.deque = collections.deque()  # (message, view it came in)
         self.inbox_dropped = 0
+        self._delivered_in: Optional[list] = None  # [coordinator uuid, counter] of the view
         self.suspicions: collections.deque = collections.deque(maxlen=200)
         self.ray_verdicts = 0
         self.paused_until = 0.0
@@ -339,7 +340,7 @@ class MemberActor(QueueMethods):
                     if len(self.inbox) >= self.spec.inbox:
                         self.inbox.popleft()
                         self.inbox_dropped += 1
-                    self.inbox.append(ev)
+                    self.inbox.append((ev, self._delivered_in))
                     self._inbox_event.set()
         finally:
             if self.channel is ch and self.state in ("member", "paused"):
@@ -348,6 +349,7 @@ class MemberActor(QueueMethods):
             self._wake()
 
     def _on_view(self, ch: Channel, vc: ViewChange) -> None:
+        self._delivered_in = [vc.view.view_id.coord.uuid_hex, vc.view.view_id.id]
         self.history.append({"view": vc.view, "installed_at": time.time(),
                              "previous": vc.previous, "ch": ch})
         self.views_installed += 1
@@ -578,7 +580,8 @@ class MemberActor(QueueMethods):
 
     async def receive(self, max_messages: int = 1000, timeout: float = 1.0) -> list:
         """Up to ``max_messages`` delivered messages, waiting at most ``timeout`` for the
-        first: [{"sender": name, "sender_uuid": hex, "payload": ...}, ...]."""
+        first: [{"sender": name, "sender_uuid": hex, "payload": ..., "view": [coordinator
+        uuid, counter] of the view it was delivered in}, ...]."""
         if not self.inbox:
             if self.state not in ("member", "paused", "joining", "starting"):
                 self._member_channel()
@@ -589,10 +592,10 @@ class MemberActor(QueueMethods):
                 return []
         out = []
         while self.inbox and len(out) < max_messages:
-            m = self.inbox.popleft()
+            m, view = self.inbox.popleft()
             out.append({"sender": m.sender.name if m.sender else None,
                         "sender_uuid": m.sender.uuid_hex if m.sender else None,
-                        "payload": m.payload})
+                        "payload": m.payload, "view": view})
         return out
 
     def _after(self, after) -> list:

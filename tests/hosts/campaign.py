@@ -158,6 +158,18 @@ for name in ({main!r}, {alt!r}):
                 at = "fail" if type(e).__name__ in ("StaleEpoch", "NotAcquired") else "info"
             out.write(json.dumps({{"t": time.time(), "c": "drain", "op": "accept", "at": at,
                                   "body": d.body.decode(), "queue": name}}) + "\\n")
+for n in g.member_names():  # what every member delivered and no client read yet
+    while time.monotonic() < deadline:
+        try:
+            got = [m for m in g.receive(10000, timeout=0.2, member=n)
+                   if isinstance(m["payload"], bytes)]
+        except Exception:
+            break
+        if not got:
+            break
+        out.write(json.dumps({{"t": time.time(), "c": "drain", "op": "received", "at": "ok",
+                              "member": n, "bodies": [m["payload"].decode() for m in got],
+                              "views": [m["view"] for m in got]}}) + "\\n")
 print(json.dumps({{"depth": [g.queue(n, create=False).depth() for n in ({main!r}, {alt!r})]}}))
 """
 

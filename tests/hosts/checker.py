@@ -14,7 +14,10 @@ Views (from every member's view history, JSON as ``MemberActor.view_history`` gi
 - ``flapping``: no member incarnation is excluded twice in one fault's window (it left a
   view, came back, and left again: e.g. allowed back from a node Ray had given up on).
 Multicast:
-- ``duplicates``: no member delivered a message twice.
+- ``duplicates``: no member delivered a message twice;
+- ``virtual_synchrony``: members that moved together from one view to the next (as members
+  of the next) delivered the same messages in the first (deliveries are tagged with their
+  view; the members' inboxes are drained at the end).
 """
 from __future__ import annotations
 
@@ -104,23 +107,40 @@ def view_checks(histories: dict, windows: list = ()) -> dict:
             "views": sum(len(v) for v in histories.values())}
 
 
-def multicast_checks(records: list) -> dict:
+def multicast_checks(records: list, histories: dict) -> dict:
     seen: dict = defaultdict(Counter)
+    got: dict = defaultdict(lambda: defaultdict(set))  # member -> view key -> bodies
     for r in records:
         if r.get("op") == "received" and r.get("at") == "ok":
-            for b in r.get("bodies", ()):
+            views = r.get("views") or [None] * len(r.get("bodies", ()))
+            for b, v in zip(r.get("bodies", ()), views):
                 seen[r.get("member")][b] += 1
+                if v is not None:
+                    got[r.get("member")][tuple(v)].add(b)
     dups = [f"{m} delivered {b} {n} times" for m, c in seen.items() for b, n in c.items()
             if n > 1]
-    return {"duplicates": dups}
+    moved: dict = {}
+    vs = []
+    for member, views in histories.items():
+        for v, nxt in zip(views, views[1:]):
+            if member not in nxt["members"]:
+                continue  # not a member of the next view (it left or was excluded)
+            key = ((v["coord_uuid"], v["view_id"][1]), (nxt["coord_uuid"], nxt["view_id"][1]))
+            mine = got[member].get(key[0], set())
+            other = moved.setdefault(key, (member, mine))
+            if other[1] != mine:
+                diff = sorted(other[1] ^ mine)[:5]
+                vs.append(f"{member} and {other[0]} moved from view {key[0][1]} to {key[1][1]} "
+                          f"having delivered different messages, e.g. {diff}")
+    return {"duplicates": dups, "virtual_synchrony": vs}
 
 
 CHECKERS = ("queue_lost", "queue_twice", "queue_reject", "view_agreement", "one_primary",
-            "flapping", "duplicates")
+            "flapping", "duplicates", "virtual_synchrony")
 
 
 def check(records: list, histories: dict, windows: list = ()) -> dict:
     out = {**queue_checks(records), **view_checks(histories, windows),
-           **multicast_checks(records)}
+           **multicast_checks(records, histories)}
     out["violations"] = [f"{k}: {v}" for k in CHECKERS for v in out[k]]
     return out

@@ -125,7 +125,8 @@ def step(rng: random.Random, g, q, member: str, client: str, seq: int, rec: Reco
             return
         if got:
             rec("received", "ok", member=member,
-                bodies=[m["payload"].decode() for m in got if isinstance(m["payload"], bytes)])
+                bodies=[m["payload"].decode() for m in got if isinstance(m["payload"], bytes)],
+                views=[m["view"] for m in got if isinstance(m["payload"], bytes)])
 
 
 if __name__ == "__main__":

@@ -13,7 +13,10 @@ def clean_records():
             rec("publish", "invoke", "c"), rec("publish", "fail", "c", err="QueueNotPrimary"),
             rec("accept", "invoke", "a", queue=MAIN), rec("accept", "ok", "a", queue=MAIN),
             rec("reject", "ok", "b", queue=MAIN), rec("accept", "ok", "b", queue=ALT),
-            rec("received", "ok", member="m1", bodies=["x:1", "x:2"])]
+            rec("received", "ok", member="m1", bodies=["x:1", "x:2"],
+                views=[["u1", 1], ["u1", 1]]),
+            rec("received", "ok", member="m2", bodies=["x:2", "x:1"],
+                views=[["u1", 1], ["u1", 1]])]
 
 
 def view(vid, members, uuids, t, primary=True, pid=None):
@@ -48,8 +51,15 @@ def test_each_broken_property_is_reported_by_its_checker():
     assert found(failed, clean_views()) == {"queue_twice"}  # a failed publish delivered
     no_alt = [x for x in clean_records() if not (x["op"] == "accept" and x["body"] == "b")]
     assert found(no_alt, clean_views()) == {"queue_reject", "queue_lost"}  # lost as well
-    dup = clean_records() + [rec("received", "ok", member="m1", bodies=["x:2"])]
+    dup = clean_records() + [rec("received", "ok", member="m1", bodies=["x:2"],
+                                 views=[["u1", 3]])]
     assert found(dup, clean_views()) == {"duplicates"}
+    together = {m: [view(1, ["m1", "m2"], ["u1", "u2"], 1.0),
+                    view(3, ["m1", "m2"], ["u1", "u2"], 9.0)] for m in ("m1", "m2")}
+    assert found(clean_records(), together) == set()
+    vs = clean_records() + [rec("received", "ok", member="m2", bodies=["x:3"],
+                                views=[["u1", 1]])]  # m2 alone delivered x:3 in view 1
+    assert found(vs, together) == {"virtual_synchrony"}
     views = clean_views()
     views["m2"][1] = dict(view(3, ["m1", "m2"], ["u1", "u2"], 9.0), uuids=["u1", "u3"])
     assert "view_agreement" in found(clean_records(), views)  # view 3: another member list
