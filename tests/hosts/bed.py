@@ -5,11 +5,16 @@ faults of the campaign.
 sshd, a private ``/tmp/ray`` and PID namespace per host). Host 0 is the operator's machine;
 hosts 1..nodes run Ray: host 1 the head, started with ``ray start`` over SSH (as an operator
 or the cluster launcher would), with GCS health checks every second (a silent node is
-declared dead in about 6-8 s instead of Ray's 30-60 s, so a campaign schedule sees Ray's
+declared dead in about 8-16 s instead of Ray's 30-60 s, so a campaign schedule sees Ray's
 verdicts in seconds; ``health`` sets others) and a raylet that gives up on an unreachable GCS after
 ``gcs_reconnect_s``. The group is launched from the head with ``follow_nodes=True`` (a member
 on every node, on restarted hosts too); a client (tests/hosts/client.py) runs on every Ray
 host and records its operations in ``<tmp>/hist-<k>-<n>.jsonl``.
+
+With ``gcs_ft`` (the default, the configuration docs/architecture.md recommends), Ray's GCS
+keeps its state in a Redis server on host 0 (Debian's redis-server, password made for the
+run): a head host that is killed and booted again (``restart_head``) takes the cluster back,
+and the workers' raylets, members and clients live through it.
 
 Faults: ``partition`` (nftables, tests/netns.py), ``drop``, ``heal``; ``kill_host`` (every
 process of the host, sshd included: the machine loses power) and ``boot_host`` (sshd, Ray,
@@ -22,7 +27,9 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shlex
+import shutil
 import signal
 import sys
 import time
@@ -31,16 +38,18 @@ from typing import Optional
 from ..raybed import RayHosts
 
 HEAD = 1
-HEALTH = {"health_check_period_ms": 1000, "health_check_timeout_ms": 1000,
-          "health_check_failure_threshold": 6, "health_check_initial_delay_ms": 2000}
-"""A silent node declared dead after about 6-8 s (Ray's defaults: 30-60 s)."""
+HEALTH = {"health_check_period_ms": 1000, "health_check_timeout_ms": 2000,
+          "health_check_failure_threshold": 8, "health_check_initial_delay_ms": 2000}
+"""A silent node declared dead after about 8-16 s (Ray's defaults: 30-60 s); shorter ones
+declared busy nodes of a loaded 2-core machine dead."""
 
 
 class HostCluster:
     def __init__(self, nodes: int = 3, gcs_reconnect_s: int = 30, group: Optional[str] = None,
-                 health: Optional[dict] = None):
+                 health: Optional[dict] = None, gcs_ft: bool = True):
         self.nodes = nodes
         self.health = health or HEALTH
+        self.redis_password = secrets.token_hex(16) if gcs_ft else None
         self.bed = RayHosts(nodes + 1)
         self.group = group or f"hosts{os.getpid()}"
         self.gcs_reconnect_s = gcs_reconnect_s
@@ -70,6 +79,8 @@ class HostCluster:
     def start(self) -> None:
         self.bed.start()
         try:
+            if self.redis_password is not None:
+                self._start_redis()
             for k in self.hosts:
                 self._ray_start(k)
             self._launch()
@@ -100,14 +111,35 @@ class HostCluster:
                                f"{r.stdout[-1500:]}\n{r.stderr[-1500:]}")
         return r
 
+    def _start_redis(self) -> None:
+        """Redis for the GCS's state, on host 0 (the head's side of every partition)."""
+        conf = os.path.join(self.tmp, "redis.conf")
+        with open(conf, "w") as f:  # 0600: it holds the password
+            os.chmod(conf, 0o600)
+            f.write(f"bind {self.addr(0)}\nport 6380\nrequirepass {self.redis_password}\n"
+                    f"save \"\"\nappendonly no\ndir {self.tmp}\n")
+        self.bed.lab.spawn(0, [shutil.which("redis-server") or "redis-server", conf],
+                           name="redis")
+        deadline = time.monotonic() + 20
+        ping = ["redis-cli", "-h", self.addr(0), "-p", "6380", "--no-auth-warning", "-a",
+                self.redis_password, "ping"]
+        while self.bed.lab.run(0, ping).stdout.strip() != "PONG":
+            if time.monotonic() > deadline:
+                raise RuntimeError("redis-server did not start")
+            time.sleep(0.2)
+
     def _ray_start(self, k: int) -> None:
         ray = f"{self.bed.venv}/bin/ray"
         env = "RAY_AUTH_MODE=token RAY_gcs_rpc_server_reconnect_timeout_s=" \
               f"{self.gcs_reconnect_s}"
         if k == HEAD:
             conf = shlex.quote(json.dumps(self.health))
-            cmd = (f"{env} {ray} start --head --port=6379 --node-ip-address={self.addr(k)} "
-                   f"--num-cpus=1 --include-dashboard=false --system-config={conf}")
+            ft = "" if self.redis_password is None else (
+                f"RAY_REDIS_ADDRESS={self.addr(0)}:6380 ")
+            auth = "" if self.redis_password is None else (
+                f" --redis-username default --redis-password {self.redis_password}")
+            cmd = (f"{ft}{env} {ray} start --head --port=6379 --node-ip-address={self.addr(k)} "
+                   f"--num-cpus=1 --include-dashboard=false --system-config={conf}{auth}")
         else:
             cmd = (f"{env} {ray} start --address={self.addr(HEAD)}:6379 "
                    f"--node-ip-address={self.addr(k)} --num-cpus=1")
@@ -177,6 +209,12 @@ class HostCluster:
     def kill_host(self, k: int) -> None:
         self.bed.kill_host(k)
         self.clients.pop(k, None)
+
+    def restart_head(self) -> None:
+        """The head's machine loses power and comes back (with ``gcs_ft``, the GCS reloads
+        the cluster from Redis)."""
+        self.kill_host(HEAD)
+        self.boot_host(HEAD)
 
     def boot_host(self, k: int) -> None:
         """The machine is back: sshd, Ray, the client (its member comes from the group's

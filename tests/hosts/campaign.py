@@ -9,7 +9,9 @@ One cluster per run; schedules one after the other, each from its seed (printed,
 host whose raylet Ray stopped is booted again (``repair``), and the run waits until the group
 agrees on one primary view with one member per alive node. Faults: partitions (halves, one
 host isolated, the head isolated, a bridge), a host's every process killed (booted again
-after the hold), SIGSTOP of a whole host or of its raylet alone, random loss. Held 3-8 s
+after the hold), the head's too (Ray's GCS keeps its state in Redis, the configuration
+docs/architecture.md recommends: the head takes the cluster back), SIGSTOP of a whole host
+or of its raylet alone, random loss. Held 3-8 s
 (``--long``: 10-90 s, Ray declaring nodes dead on the way). Clients on every host publish,
 acquire, accept, release, reject and multicast throughout. At the end the clients stop, a
 driver drains both queues and every member's view history is read; the checkers
@@ -32,10 +34,13 @@ from .checker import ALT, MAIN, check
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KINDS = ("halves", "isolate", "isolate_head", "bridge", "kill", "stop_host", "stop_raylet",
-         "drop")
-VERDICT_S = {False: 6.0, True: 30.0}
+         "drop", "head_restart")
+VERDICT_S = {False: 8.0, True: 30.0}
 """At the earliest, Ray's GCS declares a silent node dead after this long (short and long
 runs: ``bed.HEALTH`` and ``LONG_HEALTH``)."""
+RECONNECT_S = {False: 30, True: 120}
+"""How long a raylet waits for a GCS that went away (``RAY_gcs_rpc_server_reconnect_timeout_s``)
+before it exits, stopping its workers."""
 LONG_HEALTH = {"health_check_period_ms": 3000, "health_check_timeout_ms": 3000,
                "health_check_failure_threshold": 10, "health_check_initial_delay_ms": 5000}
 
@@ -63,6 +68,9 @@ def schedule(seed: int, hosts: list, long: bool = False) -> list:
             groups = [hs[:1] + hs[1:2], hs[:1] + hs[2:]] if len(hs) > 2 else [hs]
         else:
             groups = [[h for h in hs if h != HEAD][:1] or hs[:1]]  # never the head itself
+        if kind == "head_restart":  # back within the raylets' GCS reconnect timeout
+            groups = [[HEAD]]
+            hold = min(hold, RECONNECT_S[long] * rng.uniform(0.2, 0.5))
         if kind in ("halves", "isolate", "isolate_head", "bridge"):
             head_side = next(g for g in groups if HEAD in g)
             if 2 * len(head_side) <= len(hosts):
@@ -78,7 +86,7 @@ def apply(c: HostCluster, f: dict) -> None:
         c.partition(groups)
     elif kind == "bridge":
         c.partition(groups, bridges=True)
-    elif kind == "kill":
+    elif kind in ("kill", "head_restart"):
         c.kill_host(groups[0][0])
     elif kind == "stop_host":
         c.stop_host(groups[0][0])
@@ -90,7 +98,7 @@ def apply(c: HostCluster, f: dict) -> None:
 
 def lift(c: HostCluster, f: dict) -> None:
     kind, h = f["kind"], f["hosts"][0][0]
-    if kind == "kill":
+    if kind in ("kill", "head_restart"):
         c.boot_host(h)
     elif kind == "stop_host":
         c.cont_host(h)
@@ -191,7 +199,7 @@ def run(seeds: list, nodes: int = 3, long: bool = False, out_dir: Optional[str] 
     operations checked, violations (each with the seeds of the run)."""
     t0 = time.monotonic()
     windows, faults, booted, liveness = [], [], 0, []
-    with HostCluster(nodes, gcs_reconnect_s=120 if long else 30,
+    with HostCluster(nodes, gcs_reconnect_s=RECONNECT_S[long],
                      health=LONG_HEALTH if long else None) as c:
         time.sleep(3.0)  # the clients start their traffic
         for seed in seeds:

@@ -12,7 +12,9 @@ Views (from every member's view history, JSON as ``MemberActor.view_history`` gi
 - ``view_agreement``: a view id names one member list everywhere;
 - ``one_primary``: a primary id names one primary component (MySQL Group Replication);
 - ``flapping``: no member incarnation is excluded twice in one fault's window (it left a
-  view, came back, and left again: e.g. allowed back from a node Ray had given up on).
+  primary view, came back, and left again: e.g. allowed back from a node Ray had given up
+  on). Exclusions are counted from one primary view to the next: a member cut off from the
+  others sees them all leave in its own non-primary views, which excludes nobody.
 Multicast:
 - ``duplicates``: no member delivered a message twice;
 - ``virtual_synchrony``: members that moved together from one view to the next (as members
@@ -90,9 +92,13 @@ def view_checks(histories: dict, windows: list = ()) -> dict:
     starts = sorted(windows)
     exclusions: dict = defaultdict(int)
     for member, views in histories.items():
+        # exclusions are the primary component's: from one primary view to the next (a
+        # member cut off sees everyone else "leave" in its non-primary views)
         prev: set = set()
         gone: Counter = Counter()
         for v in views:
+            if not v.get("primary"):
+                continue
             now = set(v["uuids"])
             w = sum(1 for t in starts if t <= v.get("installed_at", 0))
             for u in prev - now:

@@ -1,8 +1,9 @@
 """The fault campaign across Ray hosts, small and with fixed seeds (tests/hosts/campaign.py):
 three Ray nodes on hosts in network namespaces, a member on each, clients on each publishing,
-acquiring, accepting, releasing, rejecting and multicasting throughout; six schedules: a host
-killed and booted again, a whole host stopped (SIGSTOP), a bridge partition, a raylet
-stopped alone, the head isolated twice. Every checker passes: no acknowledged publish lost,
+acquiring, accepting, releasing, rejecting and multicasting throughout, Ray's GCS backed by
+Redis; six schedules: a host killed and booted again, a whole host stopped (SIGSTOP), a
+bridge partition, a raylet stopped alone, the head isolated, the head's host killed and
+booted again. Every checker passes: no acknowledged publish lost,
 nothing accepted twice, rejects once on the alternate, one member list per view id, one
 primary per primary id, no incarnation excluded twice in a fault's window, no message
 delivered twice, and after each heal one primary view with a member per alive node.
@@ -14,7 +15,7 @@ from ..raybed import available
 _ok, _why = available()
 pytestmark = [pytest.mark.root] + ([] if _ok else [pytest.mark.skip(reason=_why)])
 
-SEEDS = [4, 8, 14, 21, 28, 3]
+SEEDS = [4, 8, 22, 21, 28, 14]
 
 
 def test_a_fixed_seed_fault_campaign_across_ray_hosts_finds_no_violation(tmp_path):
@@ -23,5 +24,5 @@ def test_a_fixed_seed_fault_campaign_across_ray_hosts_finds_no_violation(tmp_pat
     print({k: r[k] for k in ("faults", "ops", "publish_ok", "views", "wall_s")})
     assert r["violations"] == [], (r["violations"], r.get("kept"))
     assert len(r["faults"]) >= 5 and {"kill", "stop_host", "stop_raylet", "isolate_head",
-                                      "bridge"} <= set(r["faults"])
+                                      "bridge", "head_restart"} <= set(r["faults"])
     assert r["ops"] > 200 and r["publish_ok"] > 50 and r["views"] > 6  # traffic was checked
