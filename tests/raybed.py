@@ -47,6 +47,7 @@ from .netns import NetLab, _run
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SSHD = "/usr/sbin/sshd"
+RECONNECT_S = 10
 SSHD_CONFIG = """\
 ListenAddress {addr}
 Port 22
@@ -241,6 +242,12 @@ class RayHosts:
             c[key] = [cmd.replace("~/raygroups-venv", self.venv).replace(" up orders ",
                                                                         f" up {self.group} ")
                       for cmd in c[key]]
+        # a worker's raylet gives up on a head that went away (ray down) after 10 s instead
+        # of 60: what the test waits for after ray down
+        c["worker_start_ray_commands"] = [
+            cmd.replace("RAY_AUTH_MODE=token ", "RAY_AUTH_MODE=token "
+                        f"RAY_gcs_rpc_server_reconnect_timeout_s={RECONNECT_S} ")
+            for cmd in c["worker_start_ray_commands"]]
         path = os.path.join(self.tmp, "cluster.yaml")
         with open(path, "w") as f:
             yaml.safe_dump(c, f)

@@ -88,7 +88,8 @@ def test_ray_up_on_hosts_then_kill_a_host_and_down():
         wait_members(bed, four - {bed.addr(W2)}, "after killing a host")
 
         # ray down stops Ray on the head; a worker's raylet exits once the head's GCS has
-        # been gone for its reconnect timeout (60 s), its workers (the member actor) with it,
+        # been gone for its reconnect timeout (60 s by default, 10 s in the bed), its
+        # workers (the member actor) with it,
         # and cluster.yaml's watchdog runs `ray stop` for what is left (Ray's local provider
         # runs no command on the workers at `ray down`)
         r = bed.ray_down()
