@@ -115,14 +115,14 @@ def main() -> int:
         if not rs:
             continue
         outs = [r["out_after_verdict_s"] for r in rs if r["out_after_verdict_s"] is not None]
+        met = all(r["exclusions"] == 1 and r["comebacks_after_verdict"] == 0 for r in rs)
+        target = f"  [target: 1 exclusion, 0 comebacks: {'met' if met else 'NOT met'}]"
         print(f"{'with the fence   ' if fence else 'without the fence'}: Ray's verdict after "
               f"{statistics.median([r['verdict_s'] or 0 for r in rs]):.1f}s of a frozen raylet; "
               f"exclusions of its member {[r['exclusions'] for r in rs]}, comebacks from the "
               f"dead node {[r['comebacks_after_verdict'] for r in rs]}, out of the view "
               f"{statistics.median(outs) if outs else float('nan'):.2f}s after the verdict"
-              + ("  [target: 1 exclusion, 0 comebacks: "
-                 f"{'met' if all(r['exclusions'] == 1 and r['comebacks_after_verdict'] == 0 for r in rs) else 'NOT met'}]"
-                 if fence else ""))
+              + (target if fence else ""))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(runs, f)

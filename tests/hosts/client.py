@@ -81,16 +81,23 @@ def main(argv=None) -> int:
     return 0
 
 
+def recorded(rec: Recorder, op: str, call, **kw) -> bool:
+    """``call()`` between its invocation and its completion on record; True when it was ok."""
+    rec(op, "invoke", **kw)
+    try:
+        call()
+    except Exception as e:
+        rec(op, outcome(e), err=type(e).__name__, **kw)
+        return False
+    rec(op, "ok", **kw)
+    return True
+
+
 def step(rng: random.Random, g, q, member: str, client: str, seq: int, rec: Recorder) -> None:
     r = rng.random()
+    body = f"{client}:{seq}"
     if r < 0.45:
-        body = f"{client}:{seq}"
-        rec("publish", "invoke", body=body)
-        try:
-            q.publish(body.encode())
-            rec("publish", "ok", body=body)
-        except Exception as e:
-            rec("publish", outcome(e), body=body, err=type(e).__name__)
+        recorded(rec, "publish", lambda: q.publish(body.encode()), body=body)
     elif r < 0.85:
         try:
             got = q.acquire_many(rng.randint(1, 5), timeout_s=0.3)
@@ -103,21 +110,10 @@ def step(rng: random.Random, g, q, member: str, client: str, seq: int, rec: Reco
             redelivered=[d.redelivered for d in got])
         for d in got:
             op = rng.choices(["accept", "release", "reject"], [0.8, 0.1, 0.1])[0]
-            body = d.body.decode()
-            rec(op, "invoke", body=body, queue=d.queue)
-            try:
-                q.settle_many(op, [d])
-                rec(op, "ok", body=body, queue=d.queue)
-            except Exception as e:
-                rec(op, outcome(e), body=body, queue=d.queue, err=type(e).__name__)
+            recorded(rec, op, lambda: q.settle_many(op, [d]), body=d.body.decode(),
+                     queue=d.queue)
     else:
-        body = f"{client}:{seq}"
-        rec("send", "invoke", body=body)
-        try:
-            g.send(body.encode())
-            rec("send", "ok", body=body)
-        except Exception as e:
-            rec("send", outcome(e), body=body, err=type(e).__name__)
+        recorded(rec, "send", lambda: g.send(body.encode()), body=body)
         try:
             got = g.receive(1000, timeout=0.0, member=member)
         except Exception as e:
