@@ -16,20 +16,14 @@ On a local Ray cluster (one node, loopback; started here):
 """
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import queue
+import statistics
 import sys
-
-# bench/ holds a queue.py (the work-queue benchmark), which would shadow the standard library's
-# queue module (used here and by Ray): do not import from this script's directory
-if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
-    sys.path.pop(0)
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-import queue  # noqa: E402
-import statistics  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
+import threading
+import time
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
