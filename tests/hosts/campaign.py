@@ -5,9 +5,10 @@ multicast traffic running (tests/hosts/bed.py).
     python -m tests.hosts.campaign --hours 1 [--base N]        # make campaign-hosts HOURS=1
 
 One cluster per run; schedules one after the other, each from its seed (printed, replayable:
-``--seeds 1 --base SEED``): one to three faults, each held a while, then lifted; then every
-host whose raylet Ray stopped is booted again (``repair``), and the run waits until the group
-agrees on one primary view with one member per alive node. Faults: partitions (halves, one
+``--seeds 1 --base SEED``): one to three faults (one with ``--long``), each held a while,
+then lifted; then every host whose raylet Ray stopped is booted again (``repair``), and the
+run waits until the group agrees on one primary view with one member per alive node, its
+work queues active on every member. Faults: partitions (halves, one
 host isolated, the head isolated, a bridge), a host's every process killed (booted again
 after the hold), the head's too (Ray's GCS keeps its state in Redis, the configuration
 docs/architecture.md recommends: the head takes the cluster back), SIGSTOP of a whole host
@@ -52,7 +53,9 @@ def schedule(seed: int, hosts: list, long: bool = False) -> list:
     which no in-memory queue survives; docs/architecture.md, the fence's rule 4)."""
     rng = random.Random(seed)
     out = []
-    for _ in range(rng.randint(1, 3)):
+    # long holds let Ray declare nodes dead: one fault per schedule, so that Ray stops at
+    # most one member before the group re-forms (two of three would be a majority crash)
+    for _ in range(1 if long else rng.randint(1, 3)):
         kind = rng.choice(KINDS)
         hs = list(hosts)
         rng.shuffle(hs)
@@ -115,11 +118,13 @@ try:
     ms = g.members()
     views = {{m["name"]: tuple(v["view_id"]) for m in ms
               for v in g.view_history(m["name"])[-1:]}}
+    phases = {{m["name"]: g._call("queue_info", member=m["name"]).get("phase") for m in ms}}
     last = {{"alive": len(alive), "members": len(ms),
             "nodes": len({{m.get("node_id") for m in ms}} & alive),
-            "views": sorted(set(map(str, views.values()))), "primary": g.view().primary}}
+            "views": sorted(set(map(str, views.values()))), "primary": g.view().primary,
+            "queues": sorted(set(map(str, phases.values())))}}
     ok = len(ms) == len(alive) == last["nodes"] and len(last["views"]) == 1 \
-        and last["primary"]
+        and last["primary"] and last["queues"] == ["active"]
     print(json.dumps({{"ok": ok, **last}}))
 except Exception as e:
     print(json.dumps({{"ok": False, "error": type(e).__name__ + ": " + str(e)[:200]}}))
