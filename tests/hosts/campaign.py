@@ -227,8 +227,11 @@ def run(seeds: list, nodes: int = 3, long: bool = False, out_dir: Optional[str] 
             pass
         time.sleep(3.0)
         drain = os.path.join(c.tmp, "hist-drain.jsonl")
-        depth = _json(c.driver(HEAD, DRAIN.format(group=c.group, path=drain, timeout=90,
-                                                  main=MAIN, alt=ALT), timeout=150))
+        try:
+            depth = _json(c.driver(HEAD, DRAIN.format(group=c.group, path=drain, timeout=90,
+                                                      main=MAIN, alt=ALT), timeout=150))
+        except RuntimeError as e:  # e.g. no primary component: nothing could be drained
+            depth = {"error": str(e)[-300:]}
         histories = _json(c.driver(HEAD, HISTORIES.format(group=c.group), timeout=120))
         result = check(c.histories(), histories, windows)
         if depth.get("depth") != [0, 0]:
