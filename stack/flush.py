@@ -213,6 +213,17 @@ class Flush:
 
     def installed(self, view) -> None:
         self.done = None  # a newer view releases the members of our last flush
+        r = self.round
+        if r is not None and r["view"].view_id < view.view_id:
+            # another coordinator's view overtook the round we lead: its cut was taken in
+            # the older view, and this newer view thaws what our own FLUSH_OK froze (we may
+            # deliver in it beyond the cut), so a view built on that cut would move members
+            # that delivered different messages. Start over on the view we are in now.
+            self.round = None
+            self.gms.stats["flush_restarts"] += 1
+            if self.gms.merger.busy:
+                self.gms.merger.abandon()
+            self.gms.ctx.schedule(0, self.gms._schedule_view)
         if self.flushed is None or self.flushed < view.view_id:
             self.flushed = None
             self.release()

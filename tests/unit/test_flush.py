@@ -601,3 +601,29 @@ def test_a_merge_waits_while_members_are_suspected():
         s.gms.up_event(MergeInfo(HIGH, HIGH, 4, True))
     s.advance(1.0)
     assert s.gms.stats["merges_started"] == 0  # a view change is still in flight
+
+
+def test_a_round_overtaken_by_another_coordinators_newer_view_starts_over_on_that_view():
+    """B takes over from a suspected A and flushes view 5; A's view 6 (its own flush of 5,
+    which B had answered) arrives meanwhile. B's cut was taken in view 5, and view 6 thaws
+    what B's FLUSH_OK froze: B may deliver more of A's messages in 6 than the cut holds. A
+    view built on that cut moved B and C having delivered different messages in 6 (seed
+    14301933 of the consistency campaign). The round starts over on view 6."""
+    s = member()
+    s.gms.up_event(MemberDead(s.a))
+    s.advance(0.01)
+    [start] = sent(s, START_FLUSH)
+    old = hdr(start)[1]
+    assert start.dest == s.c and hdr(start)[3] == [s.a.uid, 5]
+    s.below.take()
+    s.up(view_msg(s, View(ViewId(s.a, 6), (s.a, s.local, s.c)), s.a))
+    assert views(s)[-1].view_id == ViewId(s.a, 6)
+    assert s.gms.stats["flush_restarts"] == 1
+    s.up(flush_ok(s, s.c, old), flush_done(s, s.c, old))  # the overtaken round's: ignored
+    assert sent(s, VIEW) == []
+    s.advance(0.01)
+    [again] = sent(s, START_FLUSH)
+    assert hdr(again)[1] != old and hdr(again)[3] == [s.a.uid, 6] and hdr(again)[2] == [s.a.uid]
+    run_flush(s)
+    [v] = [m for m in sent(s, VIEW) if m.dest is None]
+    assert [uid for uid, _ in hdr(v)[1][2]] == [s.local.uid, s.c.uid] and hdr(v)[1][1] == 7
