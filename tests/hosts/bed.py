@@ -46,14 +46,15 @@ declared busy nodes of a loaded 2-core machine dead."""
 
 class HostCluster:
     def __init__(self, nodes: int = 3, gcs_reconnect_s: int = 30, group: Optional[str] = None,
-                 health: Optional[dict] = None, gcs_ft: bool = True):
+                 health: Optional[dict] = None, gcs_ft: bool = True, pipeline: bool = False):
         self.nodes = nodes
         self.health = health or HEALTH
         self.redis_password = secrets.token_hex(16) if gcs_ft else None
         self.bed = RayHosts(nodes + 1)
         self.group = group or f"hosts{os.getpid()}"
         self.gcs_reconnect_s = gcs_reconnect_s
-        self.clients: dict = {}      # host -> Popen of its client
+        self.clients: dict = {}      # name -> Popen of a client (the pipeline's included)
+        self.pipeline = pipeline
         self.boots: dict = {}        # host -> how often it (re)started
         self.stopped: set = set()    # hosts (or raylets, as -k) under SIGSTOP
 
@@ -102,6 +103,11 @@ class HostCluster:
     @property
     def stop_file(self) -> str:
         return os.path.join(self.tmp, "stop-clients")
+
+    @property
+    def sink(self) -> str:
+        """The Spark pipeline's output (``pipeline=True``: tests/hosts/pipeline.py)."""
+        return os.path.join(self.tmp, "pipeline-out")
 
     # -- Ray and the group --------------------------------------------------------------
     def _ssh(self, k: int, command: str, timeout: float = 120.0):
@@ -164,15 +170,27 @@ class HostCluster:
     def _start_client(self, k: int) -> None:
         n = self.boots.get(k, 0)
         out = os.path.join(self.tmp, f"hist-{k}-{n}.jsonl")
-        cmd = (f"cd {shlex.quote(_repo())} && exec {self.bed.venv}/bin/python -m "
-               f"tests.hosts.client --group {self.group} --out {out} --stop {self.stop_file} "
-               f"--seed {k * 1000 + n} > {out}.log 2>&1")
-        self.clients[k] = self.bed.lab.spawn(k, ["ssh", "-i", os.path.join(self.tmp, "id"),
-                                                 "-o", "BatchMode=yes", "-o",
-                                                 "StrictHostKeyChecking=no", "-o",
-                                                 "UserKnownHostsFile=/dev/null", "-o",
-                                                 "LogLevel=ERROR", f"root@{self.addr(k)}",
-                                                 cmd], name=f"client{k}")
+        self._spawn(k, f"tests.hosts.client --group {self.group} --out {out} "
+                       f"--stop {self.stop_file} --seed {k * 1000 + n}", out, f"client{k}")
+        if k == HEAD and self.pipeline:  # started again whenever it exits non-zero
+            out = os.path.join(self.tmp, f"hist-pipeline-{n}.jsonl")
+            self._spawn(k, f"tests.hosts.pipeline --group {self.group} --out {out} "
+                           f"--sink {self.sink} --stop {self.stop_file}", out, "pipeline",
+                        again=True)
+
+    def _spawn(self, k: int, module_args: str, out: str, name: str,
+               again: bool = False) -> None:
+        """``python -m <module_args>`` on host k over SSH, its output in ``<out>.log``;
+        ``again``: started again until it exits 0."""
+        run = f"{self.bed.venv}/bin/python -m {module_args} >> {out}.log 2>&1"
+        cmd = f"cd {shlex.quote(_repo())} && " + (
+            f"until {run}; do sleep 1; done" if again else f"exec {run}")
+        self.clients[name] = self.bed.lab.spawn(k, ["ssh", "-i", os.path.join(self.tmp, "id"),
+                                                    "-o", "BatchMode=yes", "-o",
+                                                    "StrictHostKeyChecking=no", "-o",
+                                                    "UserKnownHostsFile=/dev/null", "-o",
+                                                    "LogLevel=ERROR", f"root@{self.addr(k)}",
+                                                    cmd], name=name)
 
     def histories(self) -> list:
         """Every client's records, all hosts and boots."""
@@ -208,7 +226,6 @@ class HostCluster:
 
     def kill_host(self, k: int) -> None:
         self.bed.kill_host(k)
-        self.clients.pop(k, None)
 
     def restart_head(self) -> None:
         """The head's machine loses power and comes back (with ``gcs_ft``, the GCS reloads

@@ -5,7 +5,8 @@ multicast traffic running (tests/hosts/bed.py).
     python -m tests.hosts.campaign --hours 1 [--base N]        # make campaign-hosts HOURS=1
 
 One cluster per run; schedules one after the other, each from its seed (printed, replayable:
-``--seeds 1 --base SEED``): one to three faults (one with ``--long``), each held a while,
+``--seeds 1 --base SEED``): one to three faults (one with ``--long``; at most one host crash
+either way: two crashes of three members are a majority crash), each held a while,
 then lifted; then every host whose raylet Ray stopped is booted again (``repair``), and the
 run waits until the group agrees on one primary view with one member per alive node, its
 work queues active on every member. Faults: partitions (halves, one
@@ -14,9 +15,11 @@ after the hold), the head's too (Ray's GCS keeps its state in Redis, the configu
 docs/architecture.md recommends: the head takes the cluster back), SIGSTOP of a whole host
 or of its raylet alone, random loss. Held 3-8 s
 (``--long``: 10-90 s, Ray declaring nodes dead on the way). Clients on every host publish,
-acquire, accept, release, reject and multicast throughout. At the end the clients stop, a
-driver drains both queues and every member's view history is read; the checkers
-(tests/hosts/checker.py) judge. Failing runs keep their histories in ``--out``.
+acquire, accept, release, reject and multicast throughout, and the Spark pipeline on RayDP
+(tests/hosts/pipeline.py, on the head host; ``--no-pipeline`` leaves it out) processes queue
+jobs in micro-batches into a deduplicating sink. At the end the clients stop, a driver
+drains both queues, the pipeline drains its own, and every member's view history is read;
+the checkers (tests/hosts/checker.py) judge. Failing runs keep their histories in ``--out``.
 """
 from __future__ import annotations
 
@@ -31,11 +34,12 @@ import time
 from typing import Optional
 
 from .bed import HEAD, HostCluster
-from .checker import ALT, MAIN, check
+from .checker import ALT, MAIN, check, sink_bodies
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KINDS = ("halves", "isolate", "isolate_head", "bridge", "kill", "stop_host", "stop_raylet",
          "drop", "head_restart")
+CRASHES = ("kill", "head_restart")
 VERDICT_S = {False: 8.0, True: 30.0}
 """At the earliest, Ray's GCS declares a silent node dead after this long (short and long
 runs: ``bed.HEALTH`` and ``LONG_HEALTH``)."""
@@ -58,8 +62,12 @@ def schedule(seed: int, hosts: list, long: bool = False) -> list:
     out = []
     # long holds let Ray declare nodes dead: one fault per schedule, so that Ray stops at
     # most one member before the group re-forms (two of three would be a majority crash)
+    # and at most one crash (a host killed) per schedule: with the next fault coming before
+    # the crashed member's fresh incarnation joined, two crashes of three members are a
+    # majority crash too (seed 5: a worker host killed, then the head's)
     for _ in range(1 if long else rng.randint(1, 3)):
-        kind = rng.choice(KINDS)
+        crashed = any(f["kind"] in CRASHES for f in out)
+        kind = rng.choice([k for k in KINDS if k not in CRASHES] if crashed else KINDS)
         hs = list(hosts)
         rng.shuffle(hs)
         hold = rng.uniform(10.0, 90.0) if long else rng.uniform(3.0, 8.0)
@@ -202,13 +210,13 @@ print(json.dumps(out))
 
 
 def run(seeds: list, nodes: int = 3, long: bool = False, out_dir: Optional[str] = None,
-        log=print) -> dict:
+        log=print, pipeline: bool = True) -> dict:
     """One cluster, the schedules of ``seeds`` in turn, then the checks. The result: faults,
     operations checked, violations (each with the seeds of the run)."""
     t0 = time.monotonic()
     windows, faults, booted, liveness = [], [], 0, []
     with HostCluster(nodes, gcs_reconnect_s=RECONNECT_S[long],
-                     health=LONG_HEALTH if long else None) as c:
+                     health=LONG_HEALTH if long else None, pipeline=pipeline) as c:
         time.sleep(3.0)  # the clients start their traffic
         for seed in seeds:
             sched = schedule(seed, c.hosts, long)
@@ -246,7 +254,10 @@ def run(seeds: list, nodes: int = 3, long: bool = False, out_dir: Optional[str] 
         except RuntimeError as e:  # e.g. no primary component: nothing could be drained
             depth = {"error": str(e)[-300:]}
         histories = _json(c.driver(HEAD, HISTORIES.format(group=c.group), timeout=120))
-        result = check(c.histories(), histories, windows)
+        if pipeline:
+            wait_pipeline(c)
+        result = check(c.histories(), histories, windows, sink_bodies(c.sink) if pipeline
+                       else None)
         if depth.get("depth") != [0, 0]:
             result["violations"].append(f"queue_drain: messages left after the drain: {depth}")
         result["violations"] += [f"liveness: {x}" for x in liveness]
@@ -266,6 +277,16 @@ def run(seeds: list, nodes: int = 3, long: bool = False, out_dir: Optional[str] 
     return result
 
 
+def wait_pipeline(c: HostCluster, timeout: float = 200.0) -> None:
+    """Until the Spark pipeline recorded that it finished (its queue drained, or it gave up:
+    ``pipeline_once`` judges) or ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(r.get("op") == "pipe_done" for r in c.histories()):
+            return
+        time.sleep(2.0)
+
+
 def _json(text: str) -> dict:
     for line in reversed(text.strip().splitlines()):
         try:
@@ -283,29 +304,34 @@ def main(argv=None) -> int:
     ap.add_argument("--nodes", type=int, default=3)
     ap.add_argument("--long", action="store_true", help="faults held 10-90 s")
     ap.add_argument("--out", default=os.path.join(ROOT, "campaign-results", "hosts"))
+    ap.add_argument("--no-pipeline", action="store_true",
+                    help="without the Spark pipeline on the head host")
     a = ap.parse_args(argv)
     base = a.base if a.base is not None else int(time.time()) % 10_000_000
     os.makedirs(a.out, exist_ok=True)
     summary = os.path.join(a.out, "summary.txt")
     stamp = f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC"
     deadline = time.monotonic() + a.hours * 3600
-    totals = {"runs": 0, "schedules": 0, "faults": 0, "ops": 0, "views": 0,
-              "violations": 0, "flapping": 0}
+    totals = {"runs": 0, "schedules": 0, "faults": 0, "ops": 0, "pipeline_jobs": 0,
+              "views": 0, "violations": 0, "flapping": 0}
     seed = base
     while True:
         seeds = list(range(seed, seed + a.seeds))
         seed += a.seeds
-        r = run(seeds, a.nodes, a.long, a.out)
+        r = run(seeds, a.nodes, a.long, a.out, pipeline=not a.no_pipeline)
         totals["runs"] += 1
         totals["schedules"] += len(seeds)
         totals["faults"] += len(r["faults"])
         totals["ops"] += r["ops"]
+        totals["pipeline_jobs"] += r["pipeline_jobs"]
         totals["views"] += r["views"]
         totals["violations"] += len(r["violations"])
         totals["flapping"] += len(r["flapping"])
         line = (f"seeds {seeds[0]}..{seeds[-1]}: {len(r['faults'])} faults "
                 f"({', '.join(sorted(set(r['faults'])))}), {r['ops']} operations, "
-                f"{r['publish_ok']} acknowledged publishes, {r['views']} views, "
+                f"{r['publish_ok']} acknowledged publishes, {r['pipeline_jobs']} jobs "
+                f"through the Spark pipeline in {r['pipeline_batches']} micro-batches, "
+                f"{r['views']} views, "
                 f"{r['hosts_booted']} hosts booted by repair, {len(r['violations'])} "
                 f"violations, {r['wall_s']} s")
         print(line, flush=True)

@@ -15,6 +15,9 @@ Views (from every member's view history, JSON as ``MemberActor.view_history`` gi
   primary view, came back, and left again: e.g. allowed back from a node Ray had given up
   on). Exclusions are counted from one primary view to the next: a member cut off from the
   others sees them all leave in its own non-primary views, which excludes nobody.
+The Spark pipeline (tests/hosts/pipeline.py; its output read from the sink's Parquet files):
+- ``pipeline_once``: every job whose publish was acknowledged is in the output exactly once,
+  no job is there twice, none whose publish failed, and the pipeline drained its queue.
 Multicast:
 - ``duplicates``: no member delivered a message twice;
 - ``virtual_synchrony``: members that moved together from one view to the next (as members
@@ -23,7 +26,9 @@ Multicast:
 """
 from __future__ import annotations
 
+import os
 from collections import Counter, defaultdict
+from typing import Optional
 
 MAIN, ALT = "jobs", "jobs.dead"
 
@@ -141,12 +146,53 @@ def multicast_checks(records: list, histories: dict) -> dict:
     return {"duplicates": dups, "virtual_synchrony": vs}
 
 
+def sink_bodies(path: str) -> list:
+    """The jobs (bodies) in a ``DedupSink``'s committed batches, one entry per row."""
+    import pyarrow.parquet as pq
+    if not os.path.isdir(path):
+        return []
+    out: list = []
+    for name in sorted(os.listdir(path)):
+        if name.startswith("batch="):
+            out += [bytes(b).decode() for b in
+                    pq.read_table(os.path.join(path, name), columns=["body"])["body"].to_pylist()]
+    return out
+
+
+def pipeline_checks(records: list, output: list) -> dict:
+    publish: dict = {}
+    for r in records:
+        if r.get("op") == "pipe_publish":
+            if r.get("at") == "invoke":
+                publish.setdefault(r["body"], "info")
+            else:
+                publish[r["body"]] = r["at"]
+    written = Counter(output)
+    bad = [f"job {b} written {n} times" for b, n in written.items() if n > 1]
+    bad += [f"job {b} written, its publish {publish.get(b)}" for b in written
+            if publish.get(b) not in ("ok", "info")]
+    bad += [f"acknowledged job {b} not in the output" for b, st in publish.items()
+            if st == "ok" and not written[b]]
+    if not any(r.get("op") == "pipe_done" and r.get("at") == "ok" for r in records):
+        bad.append("the pipeline did not drain its queue")
+    batches = [r for r in records if r.get("op") == "pipe_batch"]
+    return {"pipeline_once": bad, "pipeline_jobs": len(written),
+            "pipeline_batches": sum(1 for r in batches if r.get("at") == "ok"),
+            "pipeline_errors": sorted({r.get("err", "")[:60] for r in batches
+                                       if r.get("at") != "ok"})}
+
+
 CHECKERS = ("queue_lost", "queue_twice", "queue_reject", "view_agreement", "one_primary",
-            "flapping", "duplicates", "virtual_synchrony")
+            "flapping", "duplicates", "virtual_synchrony", "pipeline_once")
 
 
-def check(records: list, histories: dict, windows: list = ()) -> dict:
+def check(records: list, histories: dict, windows: list = (),
+          output: Optional[list] = None) -> dict:
+    """Every checker; ``output``: the pipeline's sink (None: no pipeline ran)."""
     out = {**queue_checks(records), **view_checks(histories, windows),
-           **multicast_checks(records, histories)}
+           **multicast_checks(records, histories),
+           **(pipeline_checks(records, output) if output is not None
+              else {"pipeline_once": [], "pipeline_jobs": 0, "pipeline_batches": 0,
+                    "pipeline_errors": []})}
     out["violations"] = [f"{k}: {v}" for k in CHECKERS for v in out[k]]
     return out

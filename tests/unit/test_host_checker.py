@@ -84,3 +84,40 @@ def test_an_unknown_outcome_excuses_nothing_but_a_loss():
     assert found(recs, clean_views()) == set()  # published or not: accepted once is fine
     recs.append(rec("accept", "ok", "a", queue=MAIN))
     assert found(recs, clean_views()) == {"queue_twice"}
+
+
+def pipeline_records(done="ok"):
+    return [rec("pipe_publish", "invoke", "p:1"), rec("pipe_publish", "ok", "p:1"),
+            rec("pipe_publish", "invoke", "p:2"), rec("pipe_publish", "info", "p:2"),
+            rec("pipe_publish", "invoke", "p:3"), rec("pipe_publish", "fail", "p:3"),
+            rec("pipe_done", done)]
+
+
+def pipeline_found(records, output):
+    r = check(records, {}, [], output)
+    return {v.split(":")[0] for v in r["violations"]}
+
+
+def test_the_pipeline_checker_wants_every_acknowledged_job_exactly_once():
+    assert pipeline_found(pipeline_records(), ["p:1"]) == set()
+    assert pipeline_found(pipeline_records(), ["p:1", "p:2"]) == set()  # unknown: may be there
+    assert pipeline_found(pipeline_records(), []) == {"pipeline_once"}            # lost
+    assert pipeline_found(pipeline_records(), ["p:1", "p:1"]) == {"pipeline_once"}  # twice
+    assert pipeline_found(pipeline_records(), ["p:1", "p:3"]) == {"pipeline_once"}  # failed
+    assert pipeline_found(pipeline_records("fail"), ["p:1"]) == {"pipeline_once"}   # no drain
+    assert check(pipeline_records(), {}, [], None)["violations"] == []  # no pipeline ran
+
+
+def test_the_pipeline_output_is_read_from_the_sinks_parquet_batches(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from tests.hosts.checker import sink_bodies
+    for n, bodies in ((1, [b"p:1", b"p:2"]), (2, [b"p:1"])):
+        (tmp_path / f"batch={n}").mkdir()
+        pq.write_table(pa.table({"id": ["x"] * len(bodies), "body": bodies}),
+                       tmp_path / f"batch={n}" / "part-0.parquet")
+    (tmp_path / "_tmp-3-abc").mkdir()  # a commit cut short: not in the output
+    pq.write_table(pa.table({"id": ["y"], "body": [b"p:9"]}),
+                   tmp_path / "_tmp-3-abc" / "part-0.parquet")
+    assert sorted(sink_bodies(str(tmp_path))) == ["p:1", "p:1", "p:2"]
+    assert sink_bodies(str(tmp_path / "none")) == []
