@@ -4,7 +4,8 @@ property. Each takes what was recorded and returns the violations it found (stri
 Queue (the same rules as the simulator's tests/sim/queue_history.py, on client records keyed
 by message body instead of replica state):
 - ``queue_lost``: every publish acknowledged ok was accepted (on its queue or, rejected, on
-  the alternate), unless an accept of it has an unknown outcome;
+  the alternate), unless an accept of it has an unknown outcome (``info``, or invoked and
+  never completed: its client died mid-call with its host);
 - ``queue_twice``: nothing accepted ok twice; nothing accepted that was never published, or
   whose publish failed definitely;
 - ``queue_reject``: a reject acknowledged ok reached the alternate queue exactly once.
@@ -40,6 +41,7 @@ def queue_checks(records: list) -> dict:
     accepted_on: dict = {}
     accept_info: set = set()
     rejected: Counter = Counter()
+    pending: set = set()  # (client, body) of accepts invoked and never completed
     for r in records:
         op, at, body = r.get("op"), r.get("at"), r.get("body")
         if op == "publish":
@@ -47,7 +49,10 @@ def queue_checks(records: list) -> dict:
                 publish.setdefault(body, "info")  # no completion recorded: unknown
             else:
                 publish[body] = at
-        elif op == "accept" and at != "invoke":
+        elif op == "accept" and at == "invoke":
+            pending.add((r.get("c"), body))
+        elif op == "accept":
+            pending.discard((r.get("c"), body))
             if at == "ok":
                 accepted[body] += 1
                 accepted_on[body] = r.get("queue")
@@ -55,6 +60,7 @@ def queue_checks(records: list) -> dict:
                 accept_info.add(body)
         elif op == "reject" and at == "ok" and r.get("queue") == MAIN:
             rejected[body] += 1
+    accept_info |= {body for _, body in pending}  # the client died mid-call: unknown
     lost, twice, rej = [], [], []
     for body, n in accepted.items():
         if n > 1:

@@ -86,6 +86,17 @@ def test_an_unknown_outcome_excuses_nothing_but_a_loss():
     assert found(recs, clean_views()) == {"queue_twice"}
 
 
+def test_an_accept_whose_client_died_mid_call_is_an_unknown_outcome():
+    """The hour-long campaign's seeds 5015-5019: a client on the head's host invoked an
+    accept and the head's restart killed it before the answer; the message was gone (never
+    redelivered, the queues drained empty). Not a loss: the accept may have taken effect."""
+    base = [rec("publish", "invoke", "a"), rec("publish", "ok", "a"),
+            rec("accept", "invoke", "a", queue=MAIN)]
+    assert found(base, clean_views()) == set()
+    done = base + [rec("accept", "fail", "a", queue=MAIN, err="NotAcquired")]
+    assert found(done, clean_views()) == {"queue_lost"}  # completed, and it failed: lost
+
+
 def pipeline_records(done="ok"):
     return [rec("pipe_publish", "invoke", "p:1"), rec("pipe_publish", "ok", "p:1"),
             rec("pipe_publish", "invoke", "p:2"), rec("pipe_publish", "info", "p:2"),
