@@ -114,11 +114,17 @@ class Flush:
         if r is None or r["id"] != fid:
             return
         g = self.gms
-        self.round = None
-        g.stats["flush_timeouts"] += 1
         g.ctx.log(f"no FLUSH_OK from {sorted(r['waiting'])}; flushing without them")
         g.suspects |= r["waiting"] - {g.ctx.local}
-        if g.merger.busy:  # a merge cannot go on without its subgroup's flush
+        self._start_over("flush_timeouts")
+
+    def _start_over(self, stat: str) -> None:
+        """Drop the round in flight and change the view again (a merge cannot go on without
+        its subgroup's flush)."""
+        g = self.gms
+        self.round = None
+        g.stats[stat] += 1
+        if g.merger.busy:
             g.merger.abandon()
         g._schedule_view()
 
@@ -145,11 +151,7 @@ class Flush:
         timeout)."""
         r = self.round
         if r is not None and addr in r["waiting"]:
-            self.round = None
-            self.gms.stats["flush_restarts"] += 1
-            if self.gms.merger.busy:
-                self.gms.merger.abandon()
-            self.gms._schedule_view()
+            self._start_over("flush_restarts")
 
     # -- member -------------------------------------------------------------------------
     def on_start(self, sender, fid, removed_uids: list, vid: list) -> None:
@@ -219,11 +221,7 @@ class Flush:
             # the older view, and this newer view thaws what our own FLUSH_OK froze (we may
             # deliver in it beyond the cut), so a view built on that cut would move members
             # that delivered different messages. Start over on the view we are in now.
-            self.round = None
-            self.gms.stats["flush_restarts"] += 1
-            if self.gms.merger.busy:
-                self.gms.merger.abandon()
-            self.gms.ctx.schedule(0, self.gms._schedule_view)
+            self._start_over("flush_restarts")
         if self.flushed is None or self.flushed < view.view_id:
             self.flushed = None
             self.release()

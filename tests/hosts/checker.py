@@ -36,7 +36,7 @@ MAIN, ALT = "jobs", "jobs.dead"
 
 def queue_checks(records: list) -> dict:
     """{checker: [violations]} for the queue, and ``ops``: operations checked."""
-    publish: dict = {}
+    publish = outcomes(records, "publish")
     accepted: Counter = Counter()
     accepted_on: dict = {}
     accept_info: set = set()
@@ -44,12 +44,7 @@ def queue_checks(records: list) -> dict:
     pending: set = set()  # (client, body) of accepts invoked and never completed
     for r in records:
         op, at, body = r.get("op"), r.get("at"), r.get("body")
-        if op == "publish":
-            if at == "invoke":
-                publish.setdefault(body, "info")  # no completion recorded: unknown
-            else:
-                publish[body] = at
-        elif op == "accept" and at == "invoke":
+        if op == "accept" and at == "invoke":
             pending.add((r.get("c"), body))
         elif op == "accept":
             pending.discard((r.get("c"), body))
@@ -165,14 +160,20 @@ def sink_bodies(path: str) -> list:
     return out
 
 
-def pipeline_checks(records: list, output: list) -> dict:
-    publish: dict = {}
+def outcomes(records: list, op: str) -> dict:
+    """{body: ok | fail | info} of ``op``'s calls (invoked and never completed: info)."""
+    out: dict = {}
     for r in records:
-        if r.get("op") == "pipe_publish":
+        if r.get("op") == op:
             if r.get("at") == "invoke":
-                publish.setdefault(r["body"], "info")
+                out.setdefault(r.get("body"), "info")
             else:
-                publish[r["body"]] = r["at"]
+                out[r.get("body")] = r.get("at")
+    return out
+
+
+def pipeline_checks(records: list, output: list) -> dict:
+    publish = outcomes(records, "pipe_publish")
     written = Counter(output)
     bad = [f"job {b} written {n} times" for b, n in written.items() if n > 1]
     bad += [f"job {b} written, its publish {publish.get(b)}" for b in written

@@ -25,7 +25,7 @@ import threading
 import time
 import uuid
 
-from .client import Recorder, outcome
+from .client import Recorder, recorded
 
 QUEUE = "pipeline"
 RESTART = 3
@@ -137,12 +137,7 @@ def main(argv=None) -> int:
 def publish(q, rec: Recorder, n: int, seq: int) -> None:
     for k in range(seq + 1, seq + n + 1):
         body = f"{rec.client}:{k}"
-        rec("pipe_publish", "invoke", body=body)
-        try:
-            q.publish(body.encode())
-            rec("pipe_publish", "ok", body=body)
-        except Exception as e:
-            rec("pipe_publish", outcome(e), body=body, err=type(e).__name__)
+        recorded(rec, "pipe_publish", lambda: q.publish(body.encode()), body=body)
 
 
 if __name__ == "__main__":
