@@ -106,11 +106,11 @@ class _Rumors:
         swim = m.stack.layer("swim")
         orig, watched, sim, idx = swim._apply, self.watched, self.sim, m.index
 
-        def _apply(rumor, own: bool = False):
+        def _apply(rumor, own: bool = False, sender=None):
             seen = None if own else watched.get((rumor[0], rumor[1], rumor[2]))
             if seen is not None and idx not in seen:
                 seen[idx] = sim.now
-            return orig(rumor, own)
+            return orig(rumor, own, sender)
         swim._apply = _apply
 
     def start(self, m: SimMember) -> tuple:

@@ -274,7 +274,7 @@ class Swim(Layer):
         if n is not None:
             n.heard = self.ctx.now()
         for rumor in h[-1]:
-            self._apply(rumor)
+            self._apply(rumor, sender=sender)
         if typ == PING:
             self._send(sender, [ACK, seq])
             if h[2] is not None:
@@ -341,7 +341,7 @@ class Swim(Layer):
         """A rumor of our own making: applied even if an equal one was seen before."""
         self._apply(rumor, own=True)
 
-    def _apply(self, rumor: list, own: bool = False) -> None:
+    def _apply(self, rumor: list, own: bool = False, sender=None) -> None:
         kind, uid, inc, extra, left = rumor
         if type(inc) is not int or type(left) is not int:
             raise TypeError
@@ -349,6 +349,8 @@ class Swim(Layer):
         uid = addr.uid  # the interned bytes: cached keys keep no copy from each packet
         key = (kind, uid, inc, extra if kind == SUSPECT else None)
         if key in self.seen and not own:
+            if kind in (SUSPECT, REMOVE) and addr == self.ctx.local:
+                self._deny(inc, sender)  # the sender still holds it: it needs our answer
             return
         self.seen[key] = True
         if len(self.seen) > self.config.rumor_cache:
@@ -358,15 +360,15 @@ class Swim(Layer):
         if len(self.ctimes) > 2 * self.config.rumor_cache:
             del self.ctimes[:self.config.rumor_cache]
             del self.crumors[:self.config.rumor_cache]
-        if self._effect(kind, addr, inc, extra) and left > 1:
+        if self._effect(kind, addr, inc, extra, sender) and left > 1:
             self.queue[key] = [[kind, uid, inc, extra, left], left - 1, 0, 0]
 
-    def _effect(self, kind: int, addr, inc: int, extra) -> bool:
+    def _effect(self, kind: int, addr, inc: int, extra, sender=None) -> bool:
         """Apply one rumor to the member list; True if it was news worth spreading."""
         local = self.ctx.local
         if addr == local:
-            if kind in (SUSPECT, REMOVE) and self.leaving is None and inc >= self.inc:
-                self._refute(inc)
+            if kind in (SUSPECT, REMOVE):
+                self._deny(inc, sender)
             return False
         n = self.nodes.get(addr)
         gossip = self.config.mode == "gossip"
@@ -416,6 +418,23 @@ class Swim(Layer):
     def _recently_heard(self, n: _Node) -> bool:
         return (self.config.mode == "views"
                 and self.ctx.now() - n.heard < self.config.verify_window_s)
+
+    def _deny(self, inc: int, sender) -> None:
+        """A suspicion or a death of ours reached us. At our incarnation or above: refute
+        with a higher one. Below it, the sender holds an incarnation of ours older than the
+        one we refuted with: a member that left its view and came back starts there again
+        at 0, and anti-entropy hands out old rumors, so a stale suspicion can look current
+        to it and, unanswered, expire into a false exclusion. Answer the sender our current
+        incarnation, alone: piggybacked rumors could carry its stale suspicion of us back
+        and forth between two members that each hold one of the other."""
+        if self.leaving is not None:
+            return
+        if inc >= self.inc:
+            self._refute(inc)
+        elif sender is not None and sender != self.ctx.local:
+            self.stats["stale_suspicions_answered"] += 1
+            alive = [ALIVE, self.ctx.local.uid, self.inc, self._self_info(), self._rounds()]
+            self.below.down(Message(sender, b"", CONTROL, {7: [RUMORS, 0, [alive]]}))
 
     def _refute(self, inc: int) -> None:
         self.inc = inc + 1

@@ -1,0 +1,52 @@
+"""SWIM (stack/swim.py) in a sandwich: refutation of suspicions about the local member."""
+from raygroups.stack.events import GetPhysical, ViewInstalled
+from raygroups.stack.message import CONTROL, Message
+from raygroups.stack.swim import ALIVE, RUMORS, SUSPECT, Swim, SwimConfig
+from raygroups.stack.view import View, ViewId
+
+from .sandwich import Sandwich
+
+
+def swim_in_view(names=("a", "b")):
+    s = Sandwich(Swim(SwimConfig(probe_interval_s=10.0)),
+                 answers={GetPhysical: ("10.0.0.1", 7800)})
+    others = [s.addr(n) for n in names]
+    s.down_event(ViewInstalled(View(ViewId(s.local, 1), (s.local, *others))))
+    s.below.take()
+    return s, others
+
+
+def rumors_from(s, sender, *rumors):
+    s.up(Message(s.local, b"", CONTROL, {7: [RUMORS, 0, [list(r) for r in rumors]]},
+                 sender=sender))
+
+
+def alive_rumors(msgs, uid):
+    return [r for m in msgs for r in m.headers[7][-1] if r[0] == ALIVE and r[1] == uid]
+
+
+def test_a_suspicion_at_our_incarnation_is_refuted_with_a_higher_one():
+    s, (a, b) = swim_in_view()
+    rumors_from(s, a, (SUSPECT, s.local.uid, 0, a.uid, 3))
+    assert s.layer.inc == 1
+    assert [r[2] for r in alive_rumors(s.below.take(), s.local.uid)] == [1]
+
+
+def test_a_stale_suspicion_is_answered_to_its_sender_with_our_current_incarnation():
+    """A member that held us at an older incarnation (it left our view and came back, or
+    anti-entropy handed it an old rumor) suspects us at that incarnation: it needs our
+    current one, or its suspicion expires into a false exclusion. The answer goes to the
+    sender alone and carries nothing else (two members each holding a stale suspicion of
+    the other would otherwise bounce them back and forth), however often the rumor comes."""
+    s, (a, b) = swim_in_view()
+    rumors_from(s, a, (SUSPECT, s.local.uid, 0, a.uid, 3))
+    s.below.take()
+    assert s.layer.inc == 1
+    for _ in range(2):  # the same stale rumor twice: answered both times
+        rumors_from(s, b, (SUSPECT, s.local.uid, 0, a.uid, 3))
+        out = s.below.take()
+        assert [m.dest for m in out] == [b]
+        assert out[0].headers[7] == [RUMORS, 0, [[ALIVE, s.local.uid, 1,
+                                                  ["me", "10.0.0.1", 7800], s.layer._rounds()]]]
+    assert s.layer.inc == 1  # no new incarnation for a stale suspicion
+    assert s.layer.stats["stale_suspicions_answered"] == 2
