@@ -34,6 +34,22 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("sim_seed", list(seeds), ids=lambda s: f"seed{s}")
 
 
+WHEEL_SPARK = "tests/integration/test_packaging.py::test_a_fresh_venv_with_the_spark_extra"
+SPARK_TESTS = "tests/integration/test_spark_views.py::"
+
+
+def pytest_collection_modifyitems(config, items):
+    """A run that includes the packaging test of the ``[spark]`` extra (the whole suite)
+    runs the Spark tests there, once, against the installed wheel, instead of here from the
+    checkout as well (one RayDP session costs about 20 s, the tests about a minute). Run on
+    their own, they run here."""
+    if any(i.nodeid.startswith(WHEEL_SPARK) for i in items):
+        spark = [i for i in items if i.nodeid.startswith(SPARK_TESTS)]
+        if spark:
+            config.hook.pytest_deselected(items=spark)
+            items[:] = [i for i in items if not i.nodeid.startswith(SPARK_TESTS)]
+
+
 def pytest_report_header(config):
     return ("hypothesis: derandomized (each property test draws from a fixed seed of its own; "
             "a failure prints its example)")

@@ -1,13 +1,18 @@
 """The package as a user installs it: a wheel built from this checkout, installed (not
-editable) into a fresh virtual environment without extras. The core pulls no Spark; the
+editable) into fresh virtual environments. Without extras the core pulls no Spark; the
 member actors, ``Group.launch`` and the CLI work from it on a Ray of its own; importing the
-Spark integration says which extra it needs. Packaging mistakes (a module left out of the
-wheel, an undeclared import) fail here, not at a user's."""
+Spark integration says which extra it needs. With ``[spark]`` the Spark tests
+(tests/integration/test_spark_views.py) pass against the installed wheel: the whole suite
+runs them there, once, rather than from the editable checkout (tests/conftest.py). Packaging
+mistakes (a module left out of the wheel, an undeclared import, an extra that misses a
+dependency) fail here, not at a user's."""
 import glob
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+import xml.etree.ElementTree as ET
 import zipfile
 
 import pytest
@@ -72,12 +77,17 @@ def test_the_wheel_holds_every_package_and_declares_its_extras(wheel):
             (extra, pkg)
 
 
-def test_a_fresh_venv_without_extras_runs_a_group_on_ray(wheel, tmp_path):
+def fresh_venv(tmp_path, *requirements: str):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", wheel],
+    pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", *requirements],
                          capture_output=True, text=True, timeout=900)
     assert pip.returncode == 0, pip.stderr[-2000:]
+    return venv
+
+
+def test_a_fresh_venv_without_extras_runs_a_group_on_ray(wheel, tmp_path):
+    venv = fresh_venv(tmp_path, wheel)
     ray_tmp = tempfile.mkdtemp(prefix="rgpkg-", dir="/tmp")  # short: Ray's socket paths
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RAY_ADDRESS")}
     run = subprocess.run([str(venv / "bin" / "python"), "-c", SMOKE, ray_tmp], cwd=tmp_path,
@@ -87,3 +97,33 @@ def test_a_fresh_venv_without_extras_runs_a_group_on_ray(wheel, tmp_path):
                              env=env, capture_output=True, text=True, timeout=120)
     import raygroups
     assert version.stdout.strip() == f"raygroups {raygroups.__version__}", version
+
+
+SPARK_TESTS = "tests/integration/test_spark_views.py"
+
+
+def test_a_fresh_venv_with_the_spark_extra_passes_the_spark_tests(wheel, tmp_path):
+    """``pip install 'raygroups[spark]'`` (the wheel) and the test tools, nothing else; the
+    tests run from a copy of tests/ outside the checkout, so that ``import raygroups`` (in
+    the driver, the member actors and Spark's Python workers) can only find the wheel."""
+    venv = fresh_venv(tmp_path, f"{wheel}[spark]", "pytest", "hypothesis")
+    python = str(venv / "bin" / "python")
+    suite = tmp_path / "suite"
+    shutil.copytree(os.path.join(REPO, "tests"), suite / "tests",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RAY_ADDRESS")}
+    where = subprocess.run([python, "-c", "import raygroups, sys; print(raygroups.__file__)"],
+                           cwd=suite, env=env, capture_output=True, text=True, timeout=120)
+    assert where.stdout.strip().startswith(str(venv)), where
+    xml = tmp_path / "spark.xml"
+    run = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", SPARK_TESTS,
+                          f"--junitxml={xml}"], cwd=suite, env=env, capture_output=True,
+                         text=True, timeout=1200)
+    assert run.returncode == 0, (run.stdout[-4000:], run.stderr[-2000:])
+    suites = ET.parse(xml).getroot()
+    suites = suites if suites.tag == "testsuite" else suites.find("testsuite")
+    ran = int(suites.get("tests")) - int(suites.get("skipped"))
+    collected = sum(1 for line in open(os.path.join(REPO, SPARK_TESTS))
+                    if line.startswith("def test_"))
+    assert ran == collected and int(suites.get("failures")) == int(suites.get("errors")) == 0, \
+        (ran, collected, run.stdout[-2000:])
