@@ -10,7 +10,10 @@ every wait is for a condition, with a generous deadline.
 import asyncio
 import json
 import os
+import re
 import threading
+import time
+import urllib.request
 
 import pytest
 
@@ -224,6 +227,52 @@ def test_metrics_and_figures(group):
     assert f["views_installed"] >= 1 and f["messages_sent"] > 0 and f["bytes_received"] > 0
     assert set(f) >= {"views_installed", "suspicions", "messages_sent", "messages_received",
                       "messages_retransmitted", "bytes_sent", "bytes_received"}
+
+
+def prometheus(name: str, cluster: str) -> dict:
+    """member -> value of Ray's metric ``name`` for ``cluster``, read from every node's
+    Prometheus endpoint (Ray prefixes ``ray_``; counters end in ``_total``)."""
+    import ray
+    out = {}
+    for node in ray.nodes():
+        if not node["Alive"]:
+            continue
+        url = f"http://{node['NodeManagerAddress']}:{node['MetricsExportPort']}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            text = r.read().decode()
+        for m in re.finditer(r"^ray_" + name + r"\{([^}]*)\} (\S+)$", text, re.M):
+            tags = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+            if tags.get("cluster") == cluster:
+                out[tags["member"]] = float(m.group(2))
+    return out
+
+
+def test_metrics_values_read_back_from_rays_prometheus_endpoint(ray_session):
+    """What the members export is what Ray serves: the members gauge is the view's size at
+    every member, and each member's sent-messages counter climbs to (at least) what its
+    channel counted before and never beyond what it counts after (a group of its own: a
+    member that rejoined has a fresh channel, counting from zero, while Ray's counter goes
+    on)."""
+    g = Group.launch(f"t-metrics-{os.getpid()}", members=2, timeout=WAIT_S,
+                     metrics_interval_s=0.5)
+    try:
+        names = sorted(g.member_names())
+        for _ in range(3):
+            g.send(b"counted")
+        before = {i["name"]: i["figures"]["messages_sent"] for i in g.probe()}
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            gauge = prometheus("raygroups_members", g.cluster)
+            sent = prometheus("raygroups_messages_sent_total", g.cluster)
+            if sorted(gauge) == names and all(gauge[n] == 2 for n in names) and \
+                    all(sent.get(n, 0) >= before[n] for n in names):
+                break
+            assert time.monotonic() < deadline, (gauge, sent, before)
+            time.sleep(0.5)
+        after = {i["name"]: i["figures"]["messages_sent"] for i in g.probe()}
+        assert all(0 < sent[n] <= after[n] for n in names), (sent, after)
+    finally:
+        g.shutdown()
 
 
 def test_ray_kill_excludes_the_member(group):
