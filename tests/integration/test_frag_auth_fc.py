@@ -21,6 +21,8 @@ from raygroups.stack import Channel, StackConfig
 
 from raygroups.stack.runtime.ports import free_ports
 
+from ..aio import until
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MiB = 1024 * 1024
 _ids = itertools.count()
@@ -46,14 +48,6 @@ async def group(kind, n, ports=None, cluster=None, **opts):
 async def close_all(chans):
     for c in reversed(chans):  # one at a time: concurrent leaves wait for leave timeouts
         await c.close()
-
-
-async def until(pred, timeout):
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not pred():
-        assert loop.time() < end, "condition not reached"
-        await asyncio.sleep(0.01)
 
 
 @pytest.mark.parametrize("kind", ["udp", "tcp"])

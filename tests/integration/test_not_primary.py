@@ -12,15 +12,9 @@ import pytest
 from raygroups.stack import Channel, NotPrimary, StackConfig
 from raygroups.stack.runtime.ports import free_ports
 
+from ..aio import until
+
 _ids = itertools.count()
-
-
-async def until(pred, timeout=30.0, what="condition"):
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not pred():
-        assert loop.time() < end, f"{what} not reached in {timeout}s"
-        await asyncio.sleep(0.01)
 
 
 async def three(**options):

@@ -21,6 +21,8 @@ from raygroups.stack.runtime.stores import open_store
 
 from raygroups.stack.runtime.ports import free_port
 
+from ..aio import until
+
 pytest_plugins = ["tests.ray_fixtures"]  # the one Ray session of the run (ray-kv://)
 _ids = itertools.count()
 BUCKET = "raygroups-test"
@@ -116,14 +118,6 @@ def outage_store(request, tmp_path):
     return _store(request, tmp_path)
 
 
-async def wait_for(pred, timeout=30.0, what="condition"):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not pred():
-        assert loop.time() < deadline, f"{what} not reached within {timeout}s"
-        await asyncio.sleep(0.02)
-
-
 def one_view(chans):
     if any(c.view is None for c in chans):
         return False
@@ -160,10 +154,10 @@ async def start(store, cluster, names, cfg):
     """Members joining one after the other (the founder's file written first: members that
     start before it is in the store found groups of their own, which the rendezvous merges)."""
     chans = [await connect(cluster, names[0], cfg)]
-    await wait_for(lambda: store.files(cluster), what="the founder's file")
+    await until(lambda: store.files(cluster), what="the founder's file")
     for n in names[1:]:
         chans.append(await connect(cluster, n, cfg))
-    await wait_for(lambda: one_file(store, cluster, chans), what=f"{len(names)} members")
+    await until(lambda: one_file(store, cluster, chans), what=f"{len(names)} members")
     return chans
 
 
@@ -182,7 +176,7 @@ def test_join_and_coordinator_change(store):
         cluster = f"join-{next(_ids)}"
         cfg = store.config(store__rendezvous_interval_s=3600.0)  # count join calls only
         a = await connect(cluster, "A", cfg)
-        await wait_for(lambda: store.files(cluster), what="the founder's file")
+        await until(lambda: store.files(cluster), what="the founder's file")
         # no file: it listed twice (two empty rounds), founded, wrote its own file once
         assert dict(a.runtime.store.calls) == {"list": 2, "put": 1}
         chans = [a]
@@ -190,7 +184,7 @@ def test_join_and_coordinator_change(store):
             puts = a.runtime.store.calls["put"]
             ch = await connect(cluster, name, cfg)
             chans.append(ch)
-            await wait_for(lambda: one_file(store, cluster, chans), what=f"{name} in the file")
+            await until(lambda: one_file(store, cluster, chans), what=f"{name} in the file")
             assert dict(ch.runtime.store.calls) == {"list": 1, "get": 1}  # <= 2 reads per join
             assert a.runtime.store.calls["put"] - puts == 1                # 1 write per join
         # the file the members wrote: random UUIDs in 16 characters (22 for the one in 64
@@ -204,17 +198,17 @@ def test_join_and_coordinator_change(store):
         # the coordinator leaves: the next one writes its file, the old one deletes its own
         await a.close()
         rest = chans[1:]
-        await wait_for(lambda: one_file(store, cluster, rest), what="the new coordinator's file")
+        await until(lambda: one_file(store, cluster, rest), what="the new coordinator's file")
         assert file_name(rest[0].address.uid) in store.files(cluster)
         # a member that leaves is not written out (saves a write)
         d = chans[3]
         puts = rest[0].runtime.store.calls["put"]
         await d.close()
-        await wait_for(lambda: one_view(rest[:2]), what="view without D")
+        await until(lambda: one_view(rest[:2]), what="view without D")
         await asyncio.sleep(0.3)
         assert rest[0].runtime.store.calls["put"] == puts
         await close_all(rest[:2])
-        await wait_for(lambda: not store.files(cluster), what="the last member removed the file")
+        await until(lambda: not store.files(cluster), what="the last member removed the file")
 
     asyncio.run(main())
 
@@ -228,17 +222,17 @@ def test_partition_two_files_then_merge_to_one(store):
         for side, other in ((left, right), (right, left)):
             for c in side:
                 c.stack.layer("faults").drop_from(*(o.address for o in other))
-        await wait_for(lambda: one_view(left) and one_view(right), what="two partitions")
+        await until(lambda: one_view(left) and one_view(right), what="two partitions")
         coords = {left[0].view.members[0], right[0].view.members[0]}
-        await wait_for(lambda: set(store.files(cluster)) == {file_name(c.uid) for c in coords},
+        await until(lambda: set(store.files(cluster)) == {file_name(c.uid) for c in coords},
                        what="one file per coordinator")
         mf = store.files(cluster)[file_name(right[0].view.members[0].uid)]
         assert {c.address.uid for c in right} <= set(mf.by_uid())
         for c in chans:
             c.stack.layer("faults").heal()
         # nobody multicasts to the other side: the files bring the coordinators together
-        await wait_for(lambda: one_view(chans), what="merged view")
-        await wait_for(lambda: one_file(store, cluster, chans), what="one file after the merge")
+        await until(lambda: one_view(chans), what="merged view")
+        await until(lambda: one_file(store, cluster, chans), what="one file after the merge")
         assert sum(c.stack.layer("discovery").stats["merge_infos"] for c in chans) > 0
         await close_all(chans)
 
@@ -253,10 +247,10 @@ def test_stale_file_of_a_killed_coordinator_is_removed(store):
         old = file_name(chans[0].address.uid)
         await kill(chans[0])
         rest = chans[1:]
-        await wait_for(lambda: one_view(rest), what="survivors' view")
-        await wait_for(lambda: file_name(rest[0].address.uid) in store.files(cluster),
+        await until(lambda: one_view(rest), what="survivors' view")
+        await until(lambda: file_name(rest[0].address.uid) in store.files(cluster),
                        what="the new coordinator's file")
-        await wait_for(lambda: one_file(store, cluster, rest), what="stale file removed")
+        await until(lambda: one_file(store, cluster, rest), what="stale file removed")
         assert old not in store.files(cluster)
         assert rest[0].stack.layer("discovery").stats["files_deleted_stale"] == 1
         await close_all(rest)
@@ -269,7 +263,7 @@ def test_concurrent_joins_lose_no_member_line(store):
         cluster = f"conc-{next(_ids)}"
         cfg = store.config()
         a = await connect(cluster, "A", cfg)
-        await wait_for(lambda: store.files(cluster), what="the founder's file")
+        await until(lambda: store.files(cluster), what="the founder's file")
         # a person adds a line behind the coordinator's back (a careful tool: if_match)
         hand = Entry("Z", (4242).to_bytes(16, "big"), "10.9.9.9", 7800)
         name = file_name(a.address.uid)
@@ -284,8 +278,8 @@ def test_concurrent_joins_lose_no_member_line(store):
                 continue
         joiners = await asyncio.gather(*(connect(cluster, f"J{i}", cfg) for i in range(6)))
         chans = [a, *joiners]
-        await wait_for(lambda: one_view(chans), what="all joined")
-        await wait_for(lambda: one_file(store, cluster, chans, [hand.uid]),
+        await until(lambda: one_view(chans), what="all joined")
+        await until(lambda: one_file(store, cluster, chans, [hand.uid]),
                        what="every member line and the hand-added one")
         assert a.stack.layer("discovery").stats["write_conflicts"] >= 1
         assert len(store.files(cluster)[name]) == 8
@@ -308,7 +302,7 @@ def test_store_down_for_10s_the_group_runs_on_and_the_file_catches_up(outage_sto
         d = await connect(cluster, "D", cfg)
         await kill(chans[2])
         live = [chans[0], chans[1], d]
-        await wait_for(lambda: one_view(live), what="views change during the outage")
+        await until(lambda: one_view(live), what="views change during the outage")
         for k in range(100):
             await chans[1].send(f"m{k}".encode())
         for c in live:
@@ -320,7 +314,7 @@ def test_store_down_for_10s_the_group_runs_on_and_the_file_catches_up(outage_sto
             assert got == [f"m{k}".encode() for k in range(100)]
         await asyncio.sleep(max(0.0, t_up - loop.time()))
         store.up()
-        await wait_for(lambda: one_file(store, cluster, live), what="the file caught up")
+        await until(lambda: one_file(store, cluster, live), what="the file caught up")
         assert chans[0].stack.layer("discovery").stats["store_errors"] > 0
         await close_all(live)
 
@@ -340,9 +334,9 @@ def test_hand_edited_file_with_malformed_lines(store, caplog):
         cluster = f"hand-{next(_ids)}"
         cfg = store.config()
         a = await connect(cluster, "A", cfg)
-        await wait_for(lambda: store.files(cluster), what="the founder's file")
+        await until(lambda: store.files(cluster), what="the founder's file")
         b = await connect(cluster, "B", cfg)
-        await wait_for(lambda: one_file(store, cluster, [a, b]), what="2 members")
+        await until(lambda: one_file(store, cluster, [a, b]), what="2 members")
         name = file_name(a.view.members[0].uid)
         data, etag = store.check.get(cluster, name)
         edited = data.decode() + ("this line is not a member\n"
@@ -352,7 +346,7 @@ def test_hand_edited_file_with_malformed_lines(store, caplog):
         c = await connect(cluster, "C", cfg)  # reads the edited file: the good lines load
         chans = [a, b, c]
         x_uid = (4343).to_bytes(16, "big")
-        await wait_for(lambda: one_file(store, cluster, chans, [x_uid]), what="C written, X kept")
+        await until(lambda: one_file(store, cluster, chans, [x_uid]), what="C written, X kept")
         assert c.stack.layer("discovery").stats["malformed_lines"] == 2
         await close_all(chans)
 

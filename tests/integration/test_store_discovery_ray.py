@@ -19,17 +19,11 @@ from raygroups.stack.discovery import MembersFile, StoreConflict
 from raygroups.stack.discovery.members_file import file_name
 from raygroups.stack.runtime.ports import free_run
 
+from ..aio import until
+
 pytest_plugins = ["tests.ray_fixtures"]  # the one Ray session of the run
 pytestmark = pytest.mark.usefixtures("ray_session")
 _ids = itertools.count()
-
-
-async def wait_for(pred, timeout=30.0, what="condition"):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not pred():
-        assert loop.time() < deadline, f"{what} not reached within {timeout}s"
-        await asyncio.sleep(0.02)
 
 
 def kv_files(store, cluster):
@@ -75,19 +69,19 @@ def test_channels_discover_through_ray_kv():
                                 store__rendezvous_interval_s=3600.0)
         a = Channel(cluster, "A", cfg)
         await a.connect(30)
-        await wait_for(lambda: kv_files(check, cluster), what="founder's file")
+        await until(lambda: kv_files(check, cluster), what="founder's file")
         chans = [a]
         for n in "BC":
             ch = Channel(cluster, n, cfg)
             await ch.connect(30)
             chans.append(ch)
-            await wait_for(lambda: one_file(check, cluster, chans), what=f"{n} in the file")
+            await until(lambda: one_file(check, cluster, chans), what=f"{n} in the file")
             assert dict(ch.runtime.store.calls) == {"list": 1, "get": 1}
         await a.close()
         rest = chans[1:]
-        await wait_for(lambda: one_file(check, cluster, rest), what="coordinator change")
+        await until(lambda: one_file(check, cluster, rest), what="coordinator change")
         await asyncio.gather(*(c.close() for c in rest))
-        await wait_for(lambda: not kv_files(check, cluster), what="files removed")
+        await until(lambda: not kv_files(check, cluster), what="files removed")
 
     asyncio.run(main())
 
@@ -106,7 +100,7 @@ def test_discovery_supervisor_is_the_only_store_caller():
             ch = Channel(cluster, n, cfg, store=SupervisorStoreClient(sup))
             await ch.connect(30)
             chans.append(ch)
-            await wait_for(lambda: one_file(RayKVStore.from_url(url), cluster, chans),
+            await until(lambda: one_file(RayKVStore.from_url(url), cluster, chans),
                            what=f"{n} joined")
         calls = sum((c.runtime.store.calls for c in chans), start=Counter())
         await asyncio.gather(*(c.close() for c in chans))
@@ -139,7 +133,7 @@ def test_a_crashed_discovery_supervisor_is_restarted_and_discovery_resumes():
         for n in "AB":
             chans.append(Channel(cluster, n, cfg, store=SupervisorStoreClient(sup)))
             await chans[-1].connect(30)
-            await wait_for(lambda: one_file(check, cluster, chans), what=f"{n} joined")
+            await until(lambda: one_file(check, cluster, chans), what=f"{n} joined")
         old_pid = await asyncio.to_thread(ray.get, sup.pid.remote())
         os.kill(old_pid, signal.SIGKILL)
         # the group keeps working while the supervisor is gone
@@ -161,7 +155,7 @@ def test_a_crashed_discovery_supervisor_is_restarted_and_discovery_resumes():
         c = Channel(cluster, "C", cfg, store=SupervisorStoreClient(sup))
         await c.connect(30)
         chans.append(c)
-        await wait_for(lambda: one_file(check, cluster, chans), what="C joined and written")
+        await until(lambda: one_file(check, cluster, chans), what="C joined and written")
         assert new_pid != old_pid
         # (whether A's or B's rendezvous hit the store while it was down depends on how fast
         # Ray restarts it: a restart within one rendezvous interval shows no store error)

@@ -16,6 +16,8 @@ from raygroups.stack.workqueue import (AcquireTimeout, NotAcquired, QueueNotPrim
 
 from raygroups.stack.runtime.ports import free_ports
 
+from ..aio import until
+
 _ids = itertools.count()
 WQ = WorkQueueConfig(time_slice_s=0.05)
 
@@ -26,14 +28,6 @@ def config(ports, i, faults=False, expected=None):
     if faults:
         opts["faults__drop_up"] = 0.0  # the fault layer, to cut a member off on purpose
     return StackConfig.local(**opts)
-
-
-async def until(pred, timeout=20.0, what="condition"):
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not pred():
-        assert loop.time() < end, f"{what} not reached in {timeout}s"
-        await asyncio.sleep(0.01)
 
 
 async def start(n, extra=0, faults=False):
