@@ -799,12 +799,13 @@ class Group:
             yield e["view"]
 
     # -- operating members --------------------------------------------------------------------
-    def leave(self, member: str) -> None:
-        """``member`` leaves gracefully (its actor stays; ``rejoin`` brings it back)."""
-        self._call("leave", member=member)
+    def leave(self, member: str) -> bool:
+        """``member`` leaves gracefully (its actor stays; ``rejoin`` brings it back); True
+        when the group confirmed the leave (else the others exclude it as a crash)."""
+        return self._call("leave", member=member)
 
-    async def leave_async(self, member: str) -> None:
-        await self._acall("leave", member=member)
+    async def leave_async(self, member: str) -> bool:
+        return await self._acall("leave", member=member)
 
     def rejoin(self, member: str) -> dict:
         """``member`` joins again (fresh UUID) after a leave; its info."""

@@ -18,7 +18,14 @@ Open (GET):
 With the token:
 * ``POST /membership/subscribe``: join (again) if not a member, with a fresh UUID; answers the
   cluster state ``{"state", "uuid", "view", "nodes"}``
-* ``POST /membership/unsubscribe``: leave gracefully; ``{"state": "left"}``
+* ``POST /membership/unsubscribe``: leave gracefully, then shut the member's stack down (its
+  sockets close): ``{"state": "left", "confirmed": true}`` once the group confirmed the
+  leave (the coordinator sent the view without it), ``false`` when nobody did within 10 s
+  (the others then exclude it as a crash). The gossip design shuts the whole node down
+  after the confirmation; here the node is a member actor, whose process Ray (and the
+  node-following supervisor) would start again, so the actor stays and serves this API:
+  ``/membership/subscribe`` brings the member back with a fresh UUID, and
+  ``Group.shutdown()`` / ``raygroups down`` end the actors.
 * ``GET /membership/debug/state-info``: ``MemberActor.state_info()``
 * ``POST /membership/debug/shutdown``: failure simulation: the stack stops without leaving
   (``?process=1``: the actor's process exits, like kill -9)
@@ -217,8 +224,8 @@ class HttpApi:
 
     async def unsubscribe(self, request: web.Request) -> web.Response:
         self._require_token(request)
-        await self.member.leave()
-        return _json({"state": self.member.state})
+        confirmed = await self.member.leave()
+        return _json({"state": self.member.state, "confirmed": confirmed})
 
     async def state_info(self, request: web.Request) -> web.Response:
         self._require_token(request)

@@ -650,16 +650,17 @@ class MemberActor(QueueMethods):
                 return True
         return False
 
-    async def leave(self, timeout: float = 10.0) -> None:
-        """Leave gracefully (the others install a view without us). The actor stays: its
-        HTTP API answers and ``rejoin`` makes it a member again."""
+    async def leave(self, timeout: float = 10.0) -> bool:
+        """Leave gracefully (the others install a view without us), then stop the stack;
+        True when the group confirmed it (``Channel.close``). The actor stays: its HTTP API
+        answers and ``rejoin`` makes it a member again."""
         ch = self.channel
         if ch is None or self.state not in ("member", "paused"):
-            return
+            return False
         self._resume()
         self.state = "leaving"
         try:
-            await ch.close(timeout)
+            return await ch.close(timeout)
         finally:
             self.state = "left"
             self._wake()

@@ -85,17 +85,25 @@ class Channel:
             await self._shutdown()
             raise
 
-    async def close(self, timeout: float = 10.0) -> None:
-        """Leave gracefully (the others install a view without us), then release sockets."""
+    async def close(self, timeout: float = 10.0) -> bool:
+        """Leave gracefully (the others install a view without us), then release sockets.
+        True when another member confirmed the leave (the coordinator sent the view without
+        us, or, leaving as the coordinator, the others acknowledged it); False when nobody
+        did within ``timeout``, when this member was alone in its view, or when the channel
+        was closed already. Unconfirmed, the others exclude this member as a crash."""
         if self._closed or self.stack is None:
-            return
+            return False
         self._closed = True
+        alone = self.view is None or len(self.view) < 2
         self.stack.leave()
+        confirmed = False
         try:
-            await asyncio.wait_for(asyncio.shield(self._left), timeout)
+            left = await asyncio.wait_for(asyncio.shield(self._left), timeout)
+            confirmed = left.reason == "left" and not alone
         except asyncio.TimeoutError:
             pass
         await self._shutdown()
+        return confirmed
 
     async def _shutdown(self) -> None:
         self._closed = True

@@ -91,9 +91,11 @@ def test_unicast_and_graceful_leave(variant):
         # unicast is not seen by the third member
         await a.send(b"to-all")
         assert (await c.receive(timeout=10)).payload == b"to-all"
-        # graceful leave of the coordinator: the others install a view without it
+        # graceful leave of the coordinator: the others install a view without it, and
+        # acknowledge it (close() says the group confirmed the leave)
         old = a.view
-        await a.close()
+        assert await a.close() is True
+        assert await a.close() is False  # closed already: nothing more to confirm
         for ch in (b, c):
             while ch.view.view_id == old.view_id or a.address in ch.view:
                 await asyncio.sleep(0.01)
@@ -107,7 +109,8 @@ def test_unicast_and_graceful_leave(variant):
             if not isinstance(ev, ViewChange) and ev.payload == b"last":
                 break
         assert any(isinstance(e, ViewChange) and a.address in e.left for e in events)
-        await asyncio.gather(b.close(), c.close())
+        assert await c.close() is True  # a member leaving: its coordinator confirms it
+        await b.close()
 
     asyncio.run(main())
 

@@ -140,7 +140,11 @@ def test_status_page_in_chromium_follows_a_leave(group, urls):
             assert set(states) == {"alive"}
             status, body = await asyncio.to_thread(
                 call, urls[leaver] + "membership/unsubscribe", "POST", token)
-            assert status == 200 and body["state"] == "left"
+            # the gossip design's unsubscribe: confirmed by the group, then the member's
+            # stack shut down (its actor stays, serving this API)
+            assert status == 200 and body == {"state": "left", "confirmed": True}
+            assert (await asyncio.to_thread(call, urls[leaver] + "membership/size"))[1][
+                "size"] == 0
             await page.wait_for(f"{rows} === 2")
             assert leaver not in await page.eval(names)
             assert await page.wait_for(

@@ -3,7 +3,7 @@ layer cutting one off): MySQL Group Replication blocks writes outside the primar
 component. A send there waits for the primary to come back and goes out in it; one that
 waits longer than ``primary.send_timeout_s`` raises NotPrimary and is never sent; with
 ``primary__block_sends=False`` it raises at once. A message refused is never delivered
-anywhere, even after the heal."""
+anywhere, even after the heal. A graceful leave nobody hears is reported unconfirmed."""
 import asyncio
 import itertools
 
@@ -34,7 +34,7 @@ async def three(**options):
 
 
 async def cut_off(chans):
-    """m2 alone (not primary), m0 and m1 primary; every receive queue drained."""
+    """m2 alone (not primary), m0 and m1 primary."""
     lone = chans[2]
     lone.stack.layer("faults").isolate()
     await until(lambda: len(lone.view) == 1 and not lone.view.primary and
@@ -75,6 +75,24 @@ def test_a_send_outside_the_primary_component_raises_not_primary(block):
             await chans[0].send(b"after")
             got = await received_until(chans, b"after")
             assert all(b"refused" not in g for g in got.values()), got
+        finally:
+            for c in chans:
+                await c.close(timeout=2)
+    asyncio.run(main())
+
+
+def test_a_leave_nobody_hears_is_unconfirmed():
+    """A graceful leave nobody can hear, from a member just cut off (still in the view of
+    three) or alone in its view: close() says nobody confirmed it (the others exclude the
+    member as a crash)."""
+    async def main():
+        chans = await three()
+        try:
+            chans[1].stack.layer("faults").isolate()
+            assert await chans[1].close(timeout=0.3) is False  # far below failure detection
+            chans[2].stack.layer("faults").isolate()
+            await until(lambda: len(chans[2].view) == 1, 30, "m2 alone")
+            assert await chans[2].close(timeout=1.0) is False
         finally:
             for c in chans:
                 await c.close(timeout=2)
