@@ -3,6 +3,8 @@
 ```python
 g = Group.launch("orders", members_per_node=1)   # one MemberActor per Ray node, detached
 g.view(); g.members(); g.send(b"job-1")
+g.send_many([b"a", b"b"]); g.send_many(ray.put(big_list))   # one Ray call for many
+for batch in g.subscribe(): ...                  # MessageBatch after MessageBatch
 for view in g.views(): ...                       # every view change, in order
 Group.attach("orders")                           # from any driver, by name
 g.shutdown()
@@ -15,7 +17,13 @@ on to the next when that member is dead or not in the view. Errors are the packa
 ``NotMember``, ``JoinTimeout``, ``GroupClosed`` (``NoSuchGroup`` when no member exists);
 a member's errors are re-raised unwrapped, never as Ray exceptions.
 
-The subscription (``views``/``view_events``) is a long poll (``MemberActor.wait_for_view``):
+Messages: ``send_many`` carries a list (or an ObjectRef of one) in one actor call;
+``receive_many`` answers with one ``MessageBatch`` (columns: actors/batch.py) and
+``subscribe`` yields them (actors/subscription.py). A call that names its member never
+changes the handle's current member, so a driver's batches keep going through one member
+(FIFO) while it reads from every member.
+
+The view subscription (``views``/``view_events``) is a long poll (``MemberActor.wait_for_view``):
 a member answers as soon as it installs a newer view; if that member dies or leaves, the
 subscription continues at another member from the last view it saw (views are ordered by
 view id, so none is repeated and, between members that installed them, none is skipped).
@@ -36,11 +44,13 @@ from raygroups.stack import RaygroupsError, StackConfig
 from raygroups.stack.auth import as_ring, key_id
 from raygroups.stack.runtime.ports import free_port
 
+from .batch import DEFAULT_BATCH, MessageBatch, check_batch
 from .errors import (GroupClosed, JoinRejected, JoinTimeout, NoSuchGroup, NotMember,
                      RotationIncomplete)
 from .http_api import AUTH_MODES
 from .group_key import delete_ring, member_ring, read_ring, ring_ids, write_ring
 from .member import MemberActor, MemberSpec
+from .subscription import Subscription
 from .placement import (DEFAULT_PORT, NAMESPACE, actor_name, alive_nodes,
                         is_loopback, member_of, plan, stack_config)
 
@@ -60,6 +70,16 @@ def _member_class():
 def _unwrap(e: RayTaskError) -> BaseException:
     cause = getattr(e, "cause", None)
     return cause if isinstance(cause, BaseException) else e
+
+
+def _payload_list(payloads: Any) -> Any:
+    """``send_many``'s payloads as a list, or the ObjectRef of one as it is (Ray resolves it
+    for the member)."""
+    if isinstance(payloads, ray.ObjectRef):
+        return payloads
+    if isinstance(payloads, (bytes, str)):
+        raise TypeError("send_many takes a list of payloads (send() takes one)")
+    return list(payloads)
 
 
 def _stored_ring(namespace: str, cluster: str) -> Optional[list]:
@@ -451,7 +471,7 @@ class Group:
                     continue
                 except GetTimeoutError:
                     raise TimeoutError(f"{method} on {name} took over {timeout}s") from None
-                self._answered(name)
+                self._answered(name, member)
                 return out
         raise last if last is not None else NoSuchGroup(self.cluster)
 
@@ -475,7 +495,7 @@ class Group:
                     continue
                 except asyncio.TimeoutError:
                     raise TimeoutError(f"{method} on {name} took over {timeout}s") from None
-                self._answered(name)
+                self._answered(name, member)
                 return out
         raise last if last is not None else NoSuchGroup(self.cluster)
 
@@ -493,8 +513,12 @@ class Group:
         return e if isinstance(e, RaygroupsError) else GroupClosed(
             f"member {name} of {self.cluster!r} is gone ({type(e).__name__})")
 
-    def _answered(self, name: str) -> None:
-        self._current = name
+    def _answered(self, name: str, asked: Optional[str]) -> None:
+        """``name`` answered: it is the handle's current member unless the call named its
+        member (``asked``), so that calls naming a member (a reader per member) never move
+        where the others go (a driver's send_many batches stay FIFO through one member)."""
+        if asked is None:
+            self._current = name
         self._avoid.discard(name)
 
     def _await_joined(self, names: list, timeout: float, progress) -> None:
@@ -690,12 +714,15 @@ class Group:
     async def send_async(self, payload: Any, dest: Optional[str] = None) -> None:
         await self._acall("send", payload, dest)
 
-    def send_many(self, payloads: list, dest: Optional[str] = None) -> int:
-        """Many messages in one Ray call (the way to get throughput)."""
-        return self._call("send_many", list(payloads), dest)
+    def send_many(self, payloads: Any, dest: Optional[str] = None) -> int:
+        """Many messages in one Ray call (the way to get throughput), multicast in list
+        order (FIFO). ``payloads``: a list, or an ObjectRef of one (``ray.put(list)``:
+        Ray hands the list to the member, and frees it when the call and the caller are
+        done with it, as for any task argument). Returns how many were sent."""
+        return self._call("send_many", _payload_list(payloads), dest)
 
-    async def send_many_async(self, payloads: list, dest: Optional[str] = None) -> int:
-        return await self._acall("send_many", list(payloads), dest)
+    async def send_many_async(self, payloads: Any, dest: Optional[str] = None) -> int:
+        return await self._acall("send_many", _payload_list(payloads), dest)
 
     def receive(self, max_messages: int = 1000, timeout: float = 1.0,
                 member: Optional[str] = None) -> list:
@@ -710,6 +737,36 @@ class Group:
                             member: Optional[str] = None) -> list:
         return await self._acall("receive", max_messages, timeout, member=member,
                                  timeout=timeout + CALL_TIMEOUT_S)
+
+    def receive_many(self, max_messages: int = DEFAULT_BATCH, timeout: float = 1.0,
+                     member: Optional[str] = None, min_messages: int = 1) -> MessageBatch:
+        """The batch form of ``receive``: up to ``max_messages`` messages delivered at one
+        member as one ``MessageBatch`` (actors/batch.py: the payloads in one list, senders
+        and views in runs; iterate it for one ``Delivered`` per message), returned once
+        ``min_messages`` are there or after ``timeout`` s with what is there (maybe none).
+        Messages are taken off the member's inbox: each goes to one reader, in delivery
+        order."""
+        check_batch(max_messages, min_messages, timeout)
+        return self._call("receive_many", max_messages, timeout, min_messages, member=member,
+                          timeout=timeout + CALL_TIMEOUT_S)
+
+    async def receive_many_async(self, max_messages: int = DEFAULT_BATCH,
+                                 timeout: float = 1.0, member: Optional[str] = None,
+                                 min_messages: int = 1) -> MessageBatch:
+        check_batch(max_messages, min_messages, timeout)
+        return await self._acall("receive_many", max_messages, timeout, min_messages,
+                                 member=member, timeout=timeout + CALL_TIMEOUT_S)
+
+    def subscribe(self, member: Optional[str] = None, max_messages: int = DEFAULT_BATCH,
+                  min_messages: int = 1, wait_s: float = 1.0) -> Subscription:
+        """The messages delivered at ``member`` (default: the handle's current member) as
+        a stream of ``MessageBatch``es: ``for batch in g.subscribe(): ...`` or ``async for``
+        (actors/subscription.py). One ``receive_many`` call at a time, never more than
+        ``max_messages`` held; it ends with GroupClosed/NotMember when that member is gone."""
+        check_batch(max_messages, min_messages, wait_s)
+        if member is None:
+            member = self._call("info")["name"]
+        return Subscription(self, member, max_messages, min_messages, wait_s)
 
     # -- work queues ---------------------------------------------------------------
     def queue(self, name: str, alternate: Optional[str] = None, member: Optional[str] = None,
