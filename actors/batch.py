@@ -10,6 +10,7 @@ that two batches follow each other; ``dropped`` is how many messages the member'
 inbox had dropped (oldest first, nobody reading) when the batch was taken.
 
 Iterating gives one ``Delivered`` per message, in delivery order (FIFO per sender).
+``payload_list`` and ``check_batch`` check what the handle's batch calls are given.
 """
 from __future__ import annotations
 
@@ -35,6 +36,17 @@ def check_batch(max_messages: int, min_messages: int = 1, timeout: float = 0.0) 
                          f"not {min_messages}")
     if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout < 0:
         raise ValueError(f"timeout must be a number of seconds >= 0, not {timeout!r}")
+
+
+def payload_list(payloads: Any) -> Any:
+    """``send_many``'s payloads as a list, or the ObjectRef of one as it is (Ray resolves it
+    for the member). TypeError for one payload given as if it were many."""
+    import ray
+    if isinstance(payloads, ray.ObjectRef):
+        return payloads
+    if isinstance(payloads, (bytes, bytearray, str)):
+        raise TypeError("send_many takes a list of payloads (send() takes one)")
+    return list(payloads)
 
 
 class Delivered(NamedTuple):

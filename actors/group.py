@@ -4,6 +4,7 @@
 g = Group.launch("orders", members_per_node=1)   # one MemberActor per Ray node, detached
 g.view(); g.members(); g.send(b"job-1")
 g.send_many([b"a", b"b"]); g.send_many(ray.put(big_list))   # one Ray call for many
+pub = g.publisher(in_flight=4); pub.send_many(batch); pub.flush()  # batches in flight
 for batch in g.subscribe(): ...                  # MessageBatch after MessageBatch
 for view in g.views(): ...                       # every view change, in order
 Group.attach("orders")                           # from any driver, by name
@@ -44,12 +45,13 @@ from raygroups.stack import RaygroupsError, StackConfig
 from raygroups.stack.auth import as_ring, key_id
 from raygroups.stack.runtime.ports import free_port
 
-from .batch import DEFAULT_BATCH, MessageBatch, check_batch
+from .batch import DEFAULT_BATCH, MessageBatch, check_batch, payload_list
 from .errors import (GroupClosed, JoinRejected, JoinTimeout, NoSuchGroup, NotMember,
                      RotationIncomplete)
 from .http_api import AUTH_MODES
 from .group_key import delete_ring, member_ring, read_ring, ring_ids, write_ring
 from .member import MemberActor, MemberSpec
+from .publisher import Publisher
 from .subscription import Subscription
 from .placement import (DEFAULT_PORT, NAMESPACE, actor_name, alive_nodes,
                         is_loopback, member_of, plan, stack_config)
@@ -70,16 +72,6 @@ def _member_class():
 def _unwrap(e: RayTaskError) -> BaseException:
     cause = getattr(e, "cause", None)
     return cause if isinstance(cause, BaseException) else e
-
-
-def _payload_list(payloads: Any) -> Any:
-    """``send_many``'s payloads as a list, or the ObjectRef of one as it is (Ray resolves it
-    for the member)."""
-    if isinstance(payloads, ray.ObjectRef):
-        return payloads
-    if isinstance(payloads, (bytes, str)):
-        raise TypeError("send_many takes a list of payloads (send() takes one)")
-    return list(payloads)
 
 
 def _stored_ring(namespace: str, cluster: str) -> Optional[list]:
@@ -499,6 +491,24 @@ class Group:
                 return out
         raise last if last is not None else NoSuchGroup(self.cluster)
 
+    def _get(self, name: str, ref: Any, timeout: float = CALL_TIMEOUT_S) -> Any:
+        """The result of a call made on ``name``, its errors as ``_call`` raises them for a
+        call that names its member."""
+        try:
+            return ray.get(ref, timeout=timeout)
+        except (RayTaskError, *GONE) as e:
+            raise self._failure(name, e, name) from None
+        except GetTimeoutError:
+            raise TimeoutError(f"a call on {name} took over {timeout}s") from None
+
+    async def _aget(self, name: str, ref: Any, timeout: float = CALL_TIMEOUT_S) -> Any:
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout)
+        except (RayTaskError, *GONE) as e:
+            raise self._failure(name, e, name) from None
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"a call on {name} took over {timeout}s") from None
+
     def _failure(self, name: str, e: BaseException, member: Optional[str]) -> BaseException:
         """A call on ``name`` failed with ``e``: raises what the caller must see (an error
         of the method itself); returns the error to report if no other member answers (the
@@ -719,10 +729,10 @@ class Group:
         order (FIFO). ``payloads``: a list, or an ObjectRef of one (``ray.put(list)``:
         Ray hands the list to the member, and frees it when the call and the caller are
         done with it, as for any task argument). Returns how many were sent."""
-        return self._call("send_many", _payload_list(payloads), dest)
+        return self._call("send_many", payload_list(payloads), dest)
 
     async def send_many_async(self, payloads: Any, dest: Optional[str] = None) -> int:
-        return await self._acall("send_many", _payload_list(payloads), dest)
+        return await self._acall("send_many", payload_list(payloads), dest)
 
     def receive(self, max_messages: int = 1000, timeout: float = 1.0,
                 member: Optional[str] = None) -> list:
@@ -764,9 +774,18 @@ class Group:
         (actors/subscription.py). One ``receive_many`` call at a time, never more than
         ``max_messages`` held; it ends with GroupClosed/NotMember when that member is gone."""
         check_batch(max_messages, min_messages, wait_s)
-        if member is None:
-            member = self._call("info")["name"]
-        return Subscription(self, member, max_messages, min_messages, wait_s)
+        return Subscription(self, self._pinned(member), max_messages, min_messages, wait_s)
+
+    def publisher(self, member: Optional[str] = None, in_flight: int = 4) -> Publisher:
+        """Batches to the group with up to ``in_flight`` Ray calls on their way, multicast
+        in the order given, each once (actors/publisher.py): ``pub.send_many(batch)``, then
+        ``pub.flush()``. Through ``member`` (default: the handle's current member) for its
+        whole life."""
+        return Publisher(self, self._pinned(member), in_flight)
+
+    def _pinned(self, member: Optional[str]) -> str:
+        """``member``, or the member that answers for the handle now."""
+        return member if member is not None else self._call("info")["name"]
 
     # -- work queues ---------------------------------------------------------------
     def queue(self, name: str, alternate: Optional[str] = None, member: Optional[str] = None,

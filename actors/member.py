@@ -47,6 +47,7 @@ from .member_channel import MemberChannel
 from .metrics import MetricsExporter, dropped, figures
 from .placement import NAMESPACE, actor_name
 from .queue import QueueHost, QueueMethods
+from .send_streams import SendStreams
 from .ray_compat import actor_state
 from .watcher import RaySignal
 
@@ -133,6 +134,7 @@ class MemberActor(QueueMethods):
         self.inbox: collections.deque = collections.deque()  # (message, view it came in)
         self.inbox_dropped = 0
         self.inbox_taken = 0  # messages handed out so far (MessageBatch.first)
+        self.send_streams = SendStreams()  # the order of Publishers' batches
         self._delivered_in: Optional[list] = None  # [coordinator uuid, counter] of the view
         self.suspicions: collections.deque = collections.deque(maxlen=200)
         self.ray_verdicts = 0
@@ -588,10 +590,20 @@ class MemberActor(QueueMethods):
         ch = self._member_channel()
         await ch.send(payload, dest=self._find(dest) if dest is not None else None)
 
-    async def send_many(self, payloads: list, dest: Optional[str] = None) -> int:
-        """``payloads``: a list (Ray resolves an ObjectRef of one before the call)."""
+    async def send_many(self, payloads: list, dest: Optional[str] = None,
+                        stream: Optional[tuple] = None) -> int:
+        """``payloads``: a list (Ray resolves an ObjectRef of one before the call); returns
+        how many were sent. ``stream``: (publisher id, batch number) of a ``Publisher``'s
+        batch: sent once its predecessor was, and not again (0) when it was already
+        (actors/send_streams.py)."""
         if not isinstance(payloads, list):
             raise TypeError(f"send_many takes a list of payloads, not {type(payloads).__name__}")
+        if stream is None:
+            return await self._send_list(payloads, dest)
+        async with self.send_streams.turn(*stream) as now:
+            return await self._send_list(payloads, dest) if now else 0
+
+    async def _send_list(self, payloads: list, dest: Optional[str]) -> int:
         ch = self._member_channel()
         await ch.send_many(payloads, dest=self._find(dest) if dest is not None else None)
         return len(payloads)

@@ -9,7 +9,8 @@ batches of ``--batch`` (500), every figure in messages per second:
   has all N; N / (the first send until the last member's reader has the last message);
 * ``Group.send_many``->``receive_many`` and ``Group.subscribe``: the same with the batch
   reads (one ``MessageBatch`` per call; the readers ask for a batch's worth,
-  ``min_messages``), and with the subscription that yields them; then with batches 4x as
+  ``min_messages``), and with the subscription that yields them; then the batches sent
+  through a ``Group.publisher`` (4 calls in flight, in order); then both with batches 4x as
   large;
 * the work queue: ``publish_many``->``acquire_many``->``settle_many("accept")``, a producer
   and a consumer running together; N / (first publish until the last accept returned);
@@ -24,10 +25,12 @@ batches of ``--batch`` (500), every figure in messages per second:
 Targets: the work queue >= 5x ``ray.util.queue`` batched, and >= 50,000 msg/s of 1 KB from one
 driver to 3 members (the best of the group rows); printed as met / NOT met with the ratios
 to the baselines of this run, the load average, and how many object references the group
-rows left in the driver (0: nothing leaked).
+rows left in the driver (0: nothing leaked). Every row runs ``--rounds`` times, the rows
+interleaved (all rows, then all rows again), so that each sees the same machine; the
+figure is the median.
 
-    python bench/ray_api.py            # N = 100,000 (per-message rows: 2,000)
-    python bench/ray_api.py --quick    # N = 20,000 (per-message rows: 500)
+    python bench/ray_api.py            # N = 100,000 (per-message rows: 2,000), 3 rounds
+    python bench/ray_api.py --quick    # N = 20,000 (per-message rows: 500), 3 rounds
     python bench/ray_api.py --json out.json
 """
 from __future__ import annotations
@@ -36,6 +39,7 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -103,8 +107,9 @@ async def group_receive_many(g, data: list, batch: int) -> float:
     return rate(n, t0, max(await asyncio.gather(*readers)))
 
 
-async def group_subscribe(g, data: list, batch: int) -> float:
-    """send_many -> the subscriptions (async iterators of batches), one per member."""
+async def group_subscribe(g, data: list, batch: int, in_flight: int = 1) -> float:
+    """send_many (``in_flight`` > 1: through a publisher) -> the subscriptions (async
+    iterators of batches), one per member."""
     n = len(data)
 
     async def reader(name: str) -> float:
@@ -114,7 +119,12 @@ async def group_subscribe(g, data: list, batch: int) -> float:
                 break
         return time.perf_counter()
     readers = [asyncio.ensure_future(reader(m)) for m in g.member_names()]
-    t0 = await _send_batches(g.send_many_async, data, batch)
+    if in_flight == 1:
+        t0 = await _send_batches(g.send_many_async, data, batch)
+    else:
+        pub = g.publisher(in_flight=in_flight)
+        t0 = await _send_batches(pub.send_many_async, data, batch)
+        await pub.flush_async()
     return rate(n, t0, max(await asyncio.gather(*readers)))
 
 
@@ -279,48 +289,66 @@ def socket_speed(n: int, size: int, batch: int) -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--rounds", type=int, help="runs of every row, interleaved (default 3)")
     ap.add_argument("--size", type=int, default=1000)
     ap.add_argument("--batch", type=int, default=500)
     ap.add_argument("--json", help="also write the figures as JSON to this file")
     args = ap.parse_args(argv)
     n = 20_000 if args.quick else 100_000
     single = 500 if args.quick else 2_000
+    rounds = args.rounds or 3
     from raygroups.actors.ray_compat import init_local, objects_held
     ray = init_local(num_cpus=4, object_store_memory=300 * 1024 * 1024)
     from raygroups.actors import Group
     data = payloads(n, args.size)
-    res: dict = {"messages": n, "size": args.size, "batch": args.batch,
-                 "started": time.strftime("%Y-%m-%d %H:%M:%S"), "load_before": os.getloadavg()}
-
-    def show(key: str, label: str, value: float) -> None:
-        res[key] = value
-        print(f"{label:62} {value:>10,.0f} msg/s", flush=True)
-
+    res: dict = {"messages": n, "size": args.size, "batch": args.batch, "rounds": rounds,
+                 "started": time.strftime("%Y-%m-%d %H:%M:%S"), "load_before": os.getloadavg(),
+                 "runs": {}}
     b = args.batch
-    show("socket", "the same multicast without Ray (a process per member)",
-         socket_speed(n, args.size, b))
-    show("ray_queue_batched", "ray.util.queue put/get_nowait_batch", ray_queue_batched(data, b))
-    show("ray_queue_single", "ray.util.queue put/get, one message per call",
-         ray_queue_single(data[:single]))
-    show("actor_fanout", "actor fan-out, push.remote(batch) to 3 subscriber actors",
-         actor_fanout(ray, data, b))
     held = len(objects_held())
     g = Group.launch(f"bench-api-{os.getpid()}", members=3, metrics_interval_s=0, timeout=120)
-    try:
-        show("group_send", "Group.send, one message per call", group_send_single(g, data[:single]))
+
+    def one_by_one() -> float:
+        r = group_send_single(g, data[:single])
         drain(g, single)
-        show("group_receive", "Group.send_many -> receive (dicts), 3 members",
-             asyncio.run(group_receive(g, data, b)))
-        show("group_receive_many", "Group.send_many -> receive_many, 3 members",
-             asyncio.run(group_receive_many(g, data, b)))
-        show("group_subscribe", "Group.send_many -> subscribe (async for), 3 members",
-             asyncio.run(group_subscribe(g, data, b)))
-        show("group_subscribe_4x", f"the same, batches of {4 * b}",
-             asyncio.run(group_subscribe(g, data, 4 * b)))
-        show("queue", "queue publish_many -> acquire_many -> settle_many(accept)",
-             asyncio.run(work_queue(g, data, b)))
+        return r
+    rows = [
+        ("socket", "the same multicast without Ray (a process per member)",
+         lambda: socket_speed(n, args.size, b)),
+        ("ray_queue_batched", "ray.util.queue put/get_nowait_batch",
+         lambda: ray_queue_batched(data, b)),
+        ("ray_queue_single", "ray.util.queue put/get, one message per call",
+         lambda: ray_queue_single(data[:single])),
+        ("actor_fanout", "actor fan-out, push.remote(batch) to 3 subscriber actors",
+         lambda: actor_fanout(ray, data, b)),
+        ("group_send", "Group.send, one message per call", one_by_one),
+        ("group_receive", "Group.send_many -> receive (dicts), 3 members",
+         lambda: asyncio.run(group_receive(g, data, b))),
+        ("group_receive_many", "Group.send_many -> receive_many, 3 members",
+         lambda: asyncio.run(group_receive_many(g, data, b))),
+        ("group_subscribe", "Group.send_many -> subscribe (async for), 3 members",
+         lambda: asyncio.run(group_subscribe(g, data, b))),
+        ("group_publisher", "Group.publisher (4 batches in flight) -> subscribe",
+         lambda: asyncio.run(group_subscribe(g, data, b, in_flight=4))),
+        ("group_subscribe_4x", f"send_many -> subscribe, batches of {4 * b}",
+         lambda: asyncio.run(group_subscribe(g, data, 4 * b))),
+        ("group_publisher_4x", f"publisher -> subscribe, batches of {4 * b}",
+         lambda: asyncio.run(group_subscribe(g, data, 4 * b, in_flight=4))),
+        ("queue", "queue publish_many -> acquire_many -> settle_many(accept)",
+         lambda: asyncio.run(work_queue(g, data, b))),
+    ]
+    try:
+        for k in range(rounds):
+            for key, _label, fn in rows:
+                res["runs"].setdefault(key, []).append(fn())
+            print(f"round {k + 1} of {rounds} done", file=sys.stderr, flush=True)
     finally:
         g.shutdown()
+    print(f"{'':62} {'median':>10}        (min - max of {rounds})")
+    for key, label, _fn in rows:
+        runs = res["runs"][key]
+        res[key] = statistics.median(runs)
+        print(f"{label:62} {res[key]:>10,.0f} msg/s  ({min(runs):,.0f} - {max(runs):,.0f})")
     res["objects_left"] = len(objects_held()) - held
     res["load_after"] = os.getloadavg()
     best = max(v for k, v in res.items() if k.startswith("group_") and k != "group_send")

@@ -143,6 +143,37 @@ def test_batch_reads_and_subscriptions_keep_fifo_without_loss_or_duplicates(grou
         assert {tuple(m.view) for m in got[n]} == {(view.coord.uuid_hex, view.id)}
 
 
+def test_a_publisher_keeps_its_batches_fifo_with_several_in_flight(group):
+    """Batches of random sizes (seeded) through a publisher with 3 calls in flight, sync
+    then async: every member delivers every message once, in the order given; a batch
+    sent again under its number sends nothing."""
+    seed = 19083
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    sent = [b"pub-%d" % k for k in range(2000)]
+    cuts = sorted(rng.sample(range(1, len(sent)), 24))
+    batches = [sent[a:b] for a, b in zip([0] + cuts, cuts + [len(sent)])]
+    pub = group.publisher(in_flight=3)
+    for b in batches[:12]:
+        pub.send_many(b)
+
+    async def rest():
+        for b in batches[12:]:
+            await pub.send_many_async(b)
+        return await pub.flush_async()
+    assert asyncio.run(rest()) == len(sent)
+    again = group._handle(pub.member).send_many.remote(batches[0], None, (pub.id, 0))
+    assert group._get(pub.member, again) == 0
+    for n in group.member_names():
+        got = []
+        while len(got) < len(sent):
+            b = group.receive_many(timeout=10, member=n)
+            assert b, f"{n}: messages stopped at {len(got)}"
+            got += [m.payload for m in _ours(b, b"pub-")]
+        assert got == sent, n
+        assert not _ours(group.receive_many(timeout=0.3, member=n), b"pub-")  # no repeat
+
+
 def test_send_many_takes_an_object_ref_and_frees_it(group):
     import ray
 
@@ -176,6 +207,8 @@ def test_batch_api_typed_errors(group):
         group.subscribe(max_messages=2, min_messages=5)
     with pytest.raises(NotMember):
         group.receive_many(member="nobody-by-that-name")
+    with pytest.raises(ValueError):
+        group.publisher(in_flight=0)
 
 
 def test_second_launch_attaches(group):

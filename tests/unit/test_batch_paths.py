@@ -145,3 +145,43 @@ def test_a_failed_batch_answers_each_delivery_for_itself_and_settles_none_twice(
                                       type(None)]
     assert q.settled == [(1, 1), (1, 4)]  # once each: the second try found them settled
     assert set(h.held) == {("jobs", (1, 3))} and set(h.holder) == {("jobs", (1, 3))}
+
+
+# -- a publisher's batches, put back in order by the member -------------------------------
+def test_batches_that_arrive_out_of_order_are_sent_in_order_and_once():
+    from raygroups.actors.send_streams import SendStreams
+
+    async def main():
+        streams, sent = SendStreams(), []
+
+        async def call(pub, k):
+            async with streams.turn(pub, k) as now:
+                if now:
+                    await asyncio.sleep(0)
+                    sent.append((pub, k))
+                return now
+        order = [("p", 3), ("q", 1), ("p", 1), ("q", 0), ("p", 0), ("p", 2), ("p", 1)]
+        got = await asyncio.gather(*[call(p, k) for p, k in order])
+        return sent, got
+    sent, got = asyncio.run(main())
+    assert [k for p, k in sent if p == "p"] == [0, 1, 2, 3]
+    assert [k for p, k in sent if p == "q"] == [0, 1]
+    assert got.count(False) == 1  # the repeated ("p", 1): not sent twice
+
+
+def test_a_batch_whose_predecessor_never_comes_fails_typed_and_bounded_state():
+    from raygroups.actors.send_streams import SendStreams, SendStreamsConfig, StreamBroken
+
+    async def main():
+        streams = SendStreams(SendStreamsConfig(wait_s=0.05, max_streams=2))
+        with pytest.raises(StreamBroken):
+            async with streams.turn("p", 1):
+                pass
+        for pub in ("a", "b", "c"):
+            async with streams.turn(pub, 0):
+                pass
+        with pytest.raises(ValueError):
+            async with streams.turn("a", -1):
+                pass
+        return list(streams.state)
+    assert asyncio.run(main()) == ["b", "c"]
