@@ -24,7 +24,8 @@ MAX_BATCH = 100_000
 """The most messages one batch read may take (one Ray return value must stay bounded)."""
 
 
-def check_batch(max_messages: int, min_messages: int = 1, timeout: float = 0.0) -> None:
+def check_batch(max_messages: int, min_messages: int = 1, timeout: float = 0.0,
+                linger_s: float = 0.0) -> None:
     """TypeError/ValueError for batch read arguments out of range."""
     for name, x in (("max_messages", max_messages), ("min_messages", min_messages)):
         if not isinstance(x, int) or isinstance(x, bool):
@@ -34,8 +35,9 @@ def check_batch(max_messages: int, min_messages: int = 1, timeout: float = 0.0) 
     if not 1 <= min_messages <= max_messages:
         raise ValueError(f"min_messages must be in 1..max_messages ({max_messages}), "
                          f"not {min_messages}")
-    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout < 0:
-        raise ValueError(f"timeout must be a number of seconds >= 0, not {timeout!r}")
+    for name, x in (("timeout", timeout), ("linger_s", linger_s)):
+        if not isinstance(x, (int, float)) or isinstance(x, bool) or x < 0:
+            raise ValueError(f"{name} must be a number of seconds >= 0, not {x!r}")
 
 
 def payload_list(payloads: Any) -> Any:

@@ -749,32 +749,39 @@ class Group:
                                  timeout=timeout + CALL_TIMEOUT_S)
 
     def receive_many(self, max_messages: int = DEFAULT_BATCH, timeout: float = 1.0,
-                     member: Optional[str] = None, min_messages: int = 1) -> MessageBatch:
+                     member: Optional[str] = None, min_messages: int = 1,
+                     linger_s: float = 0.0) -> MessageBatch:
         """The batch form of ``receive``: up to ``max_messages`` messages delivered at one
         member as one ``MessageBatch`` (actors/batch.py: the payloads in one list, senders
-        and views in runs; iterate it for one ``Delivered`` per message), returned once
-        ``min_messages`` are there or after ``timeout`` s with what is there (maybe none).
-        Messages are taken off the member's inbox: each goes to one reader, in delivery
-        order."""
-        check_batch(max_messages, min_messages, timeout)
-        return self._call("receive_many", max_messages, timeout, min_messages, member=member,
-                          timeout=timeout + CALL_TIMEOUT_S)
+        and views in runs; iterate it for one ``Delivered`` per message). Waits up to
+        ``timeout`` s for the first message (none: an empty batch); once one is there, up
+        to ``linger_s`` s more until ``min_messages`` are: for throughput, ask for a large
+        batch (``min_messages`` in the thousands, ``linger_s`` of some ms) so that a busy
+        reader makes few calls. Messages are taken off the member's inbox: each goes to
+        one reader, in delivery order."""
+        check_batch(max_messages, min_messages, timeout, linger_s)
+        return self._call("receive_many", max_messages, timeout, min_messages, linger_s,
+                          member=member, timeout=timeout + linger_s + CALL_TIMEOUT_S)
 
     async def receive_many_async(self, max_messages: int = DEFAULT_BATCH,
                                  timeout: float = 1.0, member: Optional[str] = None,
-                                 min_messages: int = 1) -> MessageBatch:
-        check_batch(max_messages, min_messages, timeout)
+                                 min_messages: int = 1, linger_s: float = 0.0) -> MessageBatch:
+        check_batch(max_messages, min_messages, timeout, linger_s)
         return await self._acall("receive_many", max_messages, timeout, min_messages,
-                                 member=member, timeout=timeout + CALL_TIMEOUT_S)
+                                 linger_s, member=member,
+                                 timeout=timeout + linger_s + CALL_TIMEOUT_S)
 
     def subscribe(self, member: Optional[str] = None, max_messages: int = DEFAULT_BATCH,
-                  min_messages: int = 1, wait_s: float = 1.0) -> Subscription:
+                  min_messages: int = 1, linger_s: float = 0.0,
+                  wait_s: float = 1.0) -> Subscription:
         """The messages delivered at ``member`` (default: the handle's current member) as
         a stream of ``MessageBatch``es: ``for batch in g.subscribe(): ...`` or ``async for``
-        (actors/subscription.py). One ``receive_many`` call at a time, never more than
+        (actors/subscription.py). One ``receive_many`` call at a time (a long poll of
+        ``wait_s``; ``min_messages``/``linger_s`` as there), never more than
         ``max_messages`` held; it ends with GroupClosed/NotMember when that member is gone."""
-        check_batch(max_messages, min_messages, wait_s)
-        return Subscription(self, self._pinned(member), max_messages, min_messages, wait_s)
+        check_batch(max_messages, min_messages, wait_s, linger_s)
+        return Subscription(self, self._pinned(member), max_messages, min_messages, linger_s,
+                            wait_s)
 
     def publisher(self, member: Optional[str] = None, in_flight: int = 4) -> Publisher:
         """Batches to the group with up to ``in_flight`` Ray calls on their way, multicast

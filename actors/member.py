@@ -615,14 +615,17 @@ class MemberActor(QueueMethods):
         return (await self.receive_many(max_messages, timeout)).as_dicts()
 
     async def receive_many(self, max_messages: int = DEFAULT_BATCH, timeout: float = 1.0,
-                           min_messages: int = 1) -> MessageBatch:
+                           min_messages: int = 1, linger_s: float = 0.0) -> MessageBatch:
         """Up to ``max_messages`` delivered messages as one ``MessageBatch`` (columns, in
-        delivery order), once ``min_messages`` are here or ``timeout`` s passed (then what
-        is here, maybe none). Raises NotMember when the member is out of the group and has
-        nothing left to give."""
-        check_batch(max_messages, min_messages, timeout)
-        if len(self.inbox) < min_messages:
-            await self._await_inbox(min_messages, timeout)
+        delivery order), waiting up to ``timeout`` s for the first (none came: an empty
+        batch); once one is here, up to ``linger_s`` s more until ``min_messages`` are (a
+        busy reader makes fewer, larger calls). Raises NotMember when the member is out of
+        the group and has nothing left to give."""
+        check_batch(max_messages, min_messages, timeout, linger_s)
+        if not self.inbox:
+            await self._await_inbox(1, timeout)
+        if self.inbox and len(self.inbox) < min_messages and linger_s > 0:
+            await self._await_inbox(min_messages, linger_s)
         b = take(self.inbox, max_messages, self.spec.name, self.inbox_taken,
                  self.inbox_dropped)
         self.inbox_taken += len(b)

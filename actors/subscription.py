@@ -6,7 +6,9 @@ for batch in g.subscribe(max_messages=5000):      # or: async for batch in g.sub
         handle(m.payload)
 ```
 
-Each step is one ``MemberActor.receive_many`` call (a long poll of ``wait_s``): batches
+Each step is one ``MemberActor.receive_many`` call (a long poll of ``wait_s``; with
+``min_messages``/``linger_s`` it waits a little for a larger batch once one message is
+there, so a busy subscription makes fewer calls): batches
 come in the member's delivery order (FIFO per sender, each message once), empty polls are
 not yielded. One call is in flight at a time, so a subscription holds at most one batch of
 ``max_messages``, and leaving the loop between batches leaves every later message on the
@@ -25,9 +27,10 @@ class Subscription:
     """Batches of the messages delivered at ``member`` (``Group.subscribe``)."""
 
     def __init__(self, group: Any, member: str, max_messages: int, min_messages: int,
-                 wait_s: float):
+                 linger_s: float, wait_s: float):
         self.group, self.member = group, member
-        self.max_messages, self.min_messages, self.wait_s = max_messages, min_messages, wait_s
+        self.max_messages, self.min_messages = max_messages, min_messages
+        self.linger_s, self.wait_s = linger_s, wait_s
         self.received = 0
         """Messages this subscription yielded."""
         self.taken_by_others = 0
@@ -56,15 +59,15 @@ class Subscription:
 
     def __iter__(self) -> Iterator[MessageBatch]:
         while not self.closed:
-            b = self.group.receive_many(self.max_messages, self.wait_s, member=self.member,
-                                        min_messages=self.min_messages)
+            b = self.group.receive_many(self.max_messages, self.wait_s, self.member,
+                                        self.min_messages, self.linger_s)
             if self._account(b):
                 yield b
 
     async def __aiter__(self) -> AsyncIterator[MessageBatch]:
         while not self.closed:
             b = await self.group.receive_many_async(self.max_messages, self.wait_s,
-                                                    member=self.member,
-                                                    min_messages=self.min_messages)
+                                                    self.member, self.min_messages,
+                                                    self.linger_s)
             if self._account(b):
                 yield b

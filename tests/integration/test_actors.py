@@ -121,7 +121,8 @@ def test_batch_reads_and_subscriptions_keep_fifo_without_loss_or_duplicates(grou
     view = group.view().view_id
     for i, n in enumerate(names):
         cap = rng.randint(50, 700)
-        sub = group.subscribe(member=n, max_messages=cap, wait_s=5.0)
+        sub = group.subscribe(member=n, max_messages=cap, wait_s=5.0,
+                              min_messages=rng.randint(1, cap), linger_s=rng.choice((0, 0.05)))
         if i % 2:
             async def read(sub=sub, n=n):
                 async for b in sub:
@@ -193,6 +194,19 @@ def test_send_many_takes_an_object_ref_and_frees_it(group):
         assert b, "messages stopped arriving"
         seen += [m.payload for m in _ours(b, b"ref-")]
     assert seen == payloads
+
+
+def test_a_batch_read_lingers_for_more_but_returns_what_came(group):
+    n = group.member_names()[1]
+    while group.receive_many(timeout=0, member=n):
+        pass
+    group.send_many([b"linger-%d" % k for k in range(3)])
+    b = group.receive_many(timeout=10, member=n, min_messages=100, linger_s=0.2)
+    got = [m.payload for m in _ours(b, b"linger-")]
+    while len(got) < 3:  # the first may have come alone, before the linger began
+        got += [m.payload for m in _ours(group.receive_many(timeout=10, member=n), b"linger-")]
+    assert got == [b"linger-%d" % k for k in range(3)]
+    assert len(group.receive_many(timeout=0, member=n)) == 0
 
 
 def test_batch_api_typed_errors(group):

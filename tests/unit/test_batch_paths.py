@@ -61,7 +61,8 @@ def test_an_empty_inbox_gives_an_empty_batch():
 
 @pytest.mark.parametrize("args, error", [
     ((0,), ValueError), ((MAX_BATCH + 1,), ValueError), ((10, 11), ValueError),
-    ((10, 0), ValueError), ((10, 1, -1.0), ValueError), (("10",), TypeError),
+    ((10, 0), ValueError), ((10, 1, -1.0), ValueError), ((10, 1, 1.0, -0.5), ValueError),
+    (("10",), TypeError),
     ((10.0,), TypeError), ((True,), TypeError), ((10, 1, "1"), ValueError)])
 def test_batch_arguments_out_of_range_are_typed_errors(args, error):
     with pytest.raises(error):
