@@ -51,10 +51,10 @@ from .errors import (GroupClosed, JoinRejected, JoinTimeout, NoSuchGroup, NotMem
 from .http_api import AUTH_MODES
 from .group_key import delete_ring, member_ring, read_ring, ring_ids, write_ring
 from .member import MemberActor, MemberSpec
-from .publisher import Publisher
-from .subscription import Subscription
 from .placement import (DEFAULT_PORT, NAMESPACE, actor_name, alive_nodes,
                         is_loopback, member_of, plan, stack_config)
+from .publisher import Publisher
+from .subscription import Subscription
 
 CALL_TIMEOUT_S = 60.0
 # a member actor that died, or cannot be placed (its node is dead): another member answers

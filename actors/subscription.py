@@ -13,14 +13,16 @@ come in the member's delivery order (FIFO per sender, each message once), empty 
 not yielded. One call is in flight at a time, so a subscription holds at most one batch of
 ``max_messages``, and leaving the loop between batches leaves every later message on the
 member's inbox for the next reader. The subscription stays on its member: when that member
-is gone the iteration ends with its error (GroupClosed, NotMember), never by reading another
-member's inbox, which would repeat or skip messages.
+is gone, or Ray restarted it (a new process with a new inbox), the iteration ends with
+GroupClosed (NotMember when it left the group), never by reading another member's inbox,
+which would repeat or skip messages.
 """
 from __future__ import annotations
 
 from typing import Any, AsyncIterator, Iterator
 
 from .batch import MessageBatch
+from .errors import GroupClosed
 
 
 class Subscription:
@@ -51,6 +53,9 @@ class Subscription:
 
     def _account(self, b: MessageBatch) -> bool:
         if self._next is not None:
+            if b.first < self._next:  # numbers start again: a new process, a new inbox
+                raise GroupClosed(f"member {self.member} restarted: what it held for this "
+                                  f"subscription is gone")
             self.taken_by_others += b.first - self._next
         self._next = b.next
         self.dropped = b.dropped

@@ -186,3 +186,20 @@ def test_a_batch_whose_predecessor_never_comes_fails_typed_and_bounded_state():
                 pass
         return list(streams.state)
     assert asyncio.run(main()) == ["b", "c"]
+
+
+def test_a_subscription_counts_other_readers_and_ends_when_its_member_restarts():
+    from raygroups.actors.errors import GroupClosed
+    from raygroups.actors.subscription import Subscription
+    answers = [MessageBatch("m-a", 0, [b"1", b"2"], [(2, 0, 0)], [("m-a", "u")], [["c", 1]]),
+               MessageBatch("m-a", 2, [], [], [], []),
+               MessageBatch("m-a", 5, [b"6"], [(1, 0, 0)], [("m-a", "u")], [["c", 1]]),
+               MessageBatch("m-a", 0, [b"1"], [(1, 0, 0)], [("m-a", "u")], [["c", 1]])]
+    group = SimpleNamespace(cluster="g", receive_many=lambda *a: answers.pop(0))
+    sub = Subscription(group, "m-a", 10, 1, 0.0, 1.0)
+    got = []
+    with pytest.raises(GroupClosed):
+        for b in sub:
+            got.append([d.payload for d in b])
+    assert got == [[b"1", b"2"], [b"6"]]  # the empty poll is not yielded
+    assert sub.received == 3 and sub.taken_by_others == 3 and not answers
