@@ -14,9 +14,10 @@ batches of ``--batch`` (500), every figure in messages per second:
   calls in flight, in order); then both with batches 4x as large;
 * the work queue: ``publish_many``->``acquire_many``->``settle_many("accept")``, a producer
   and a consumer running together; N / (first publish until the last accept returned);
-* the ceiling: the same multicast without Ray, a process per member with the config a
+* the ceilings: the same multicast without Ray, a process per member with the config a
   member actor gets (``placement.stack_config``: unicast fan-out, AES-GCM), sending from the
-  sender's own loop;
+  sender's own loop; the same work queue without Ray (bench/workqueue.py's members, each
+  publishing and consuming in its own process; unicast fan-out, unencrypted);
 * baselines: ``ray.util.queue.Queue`` (``put_nowait_batch``/``get_nowait_batch``, producer
   and consumer together, and one ``put``/``get`` per message), and an actor fan-out: the
   driver calls ``push.remote(batch)`` on 3 plain subscriber actors (at most 4 calls in
@@ -288,6 +289,14 @@ def socket_speed(n: int, size: int, batch: int) -> float:
     return rate(n, t0, max(t for _i, _t0, t in res))
 
 
+def queue_speed(n: int, size: int, batch: int) -> float:
+    """The same work queue without Ray: bench/workqueue.py's three member processes (each
+    publishes its share in batches, one in flight, and consumes; one queue; unencrypted)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from workqueue import run_raygroups
+    return run_raygroups("active-passive", n, 0, 1000.0, size, batch, 1, False)["rate"]
+
+
 # -- main ---------------------------------------------------------------------------------
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -318,6 +327,8 @@ def main(argv=None) -> int:
     rows = [
         ("socket", "the same multicast without Ray (a process per member)",
          lambda: socket_speed(n, args.size, b)),
+        ("queue_socket", "the same work queue without Ray (a process per member)",
+         lambda: queue_speed(n, args.size, b)),
         ("ray_queue_batched", "ray.util.queue put/get_nowait_batch",
          lambda: ray_queue_batched(data, b)),
         ("ray_queue_single", "ray.util.queue put/get, one message per call",
@@ -361,7 +372,8 @@ def main(argv=None) -> int:
           f"{res['objects_left']}")
     print(f"work queue / ray.util.queue batched: {q_ratio:.2f}x (target >= {QUEUE_TARGET:.0f}x: "
           f"{verdict(q_ratio >= QUEUE_TARGET)}); / one per call: "
-          f"{res['queue'] / res['ray_queue_single']:.1f}x")
+          f"{res['queue'] / res['ray_queue_single']:.1f}x; / the same queue without Ray: "
+          f"{res['queue'] / res['queue_socket']:.2f}x")
     print(f"driver -> 3 members, 1 KB: {best:,.0f} msg/s (target >= {FANOUT_TARGET:,.0f} msg/s: "
           f"{verdict(best >= FANOUT_TARGET)}); {best / res['actor_fanout']:.2f}x the actor "
           f"fan-out, {best / res['socket']:.2f}x the multicast without Ray; receive_many / "
