@@ -34,12 +34,14 @@ def test_spike_takes_the_worst_member_per_bin_and_times_the_recovery():
     t0 = 1_000 * MS
     event = t0 + 1_000 * MS  # bin 100
     steady = [[k, 2 * MS, 10] for k in range(100)]
+    calm = [[k, 2 * MS, 10] for k in range(100, 300)]
     a = steady + [[100, 40 * MS, 10], [101, 30 * MS, 10]] + [[k, 2 * MS, 10]
                                                                for k in range(102, 300)]
-    b = steady + [[k, 2 * MS, 10] for k in range(100, 300)] + [[104, 9 * MS, 1]]
+    b = steady + calm + [[104, 9 * MS, 1], [250, 9 * MS, 1]]
     s = latency.spike([a, b], event, t0)
     assert s["steady_p99_ms"] == 2.0
     assert s["max_after_ms"] == 40.0
-    assert s["recovery_ms"] == 50.0  # bin 104 (9 ms > 2 x 2 ms) ends 50 ms after the event
-    calm = latency.spike([steady + [[k, 2 * MS, 10] for k in range(100, 300)]], event, t0)
-    assert calm["recovery_ms"] == 0.0
+    assert s["recovery_ms"] == 50.0  # from bin 105 on, 10 calm bins in a row; 250 is noise
+    assert latency.spike([steady + calm], event, t0)["recovery_ms"] == 0.0
+    stuck = steady + [[k, 50 * MS, 10] for k in range(100, 300)]
+    assert latency.spike([stuck], event, t0)["recovery_ms"] == math.inf
