@@ -47,8 +47,8 @@ from .member_channel import MemberChannel
 from .metrics import MetricsExporter, dropped, figures
 from .placement import NAMESPACE, actor_name
 from .queue import QueueHost, QueueMethods
-from .send_streams import SendStreams
 from .ray_compat import actor_state
+from .send_streams import SendStreams
 from .watcher import RaySignal
 
 SWIM_STATES = {0: "alive", 1: "suspect", 2: "dead"}

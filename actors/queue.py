@@ -214,8 +214,8 @@ class WorkQueueHandle:
                      _many: bool = True) -> list:
         """Up to ``n`` messages (at least one unless ``timeout_s`` passed: then [])."""
         got = self.group._call("queue_acquire", self.name, n, timeout_s, _many, CLIENT,
-                                 self.lease_s, member=self.member,
-                                 timeout=(timeout_s or 0) + CALL_TIMEOUT_S)
+                               self.lease_s, member=self.member,
+                               timeout=(timeout_s or 0) + CALL_TIMEOUT_S)
         return self._leased(got)
 
     async def acquire_async(self, timeout_s: Optional[float] = None) -> Delivery:
@@ -227,8 +227,8 @@ class WorkQueueHandle:
     async def acquire_many_async(self, n: int, timeout_s: Optional[float] = None,
                                  _many: bool = True) -> list:
         got = await self.group._acall("queue_acquire", self.name, n, timeout_s, _many,
-                                        CLIENT, self.lease_s, member=self.member,
-                                        timeout=(timeout_s or 0) + CALL_TIMEOUT_S)
+                                      CLIENT, self.lease_s, member=self.member,
+                                      timeout=(timeout_s or 0) + CALL_TIMEOUT_S)
         return self._leased(got)
 
     def _leased(self, got: dict) -> list:
@@ -410,7 +410,9 @@ class QueueHost:
         replica tells a failed batch's first error only, so then each delivery of the
         batch is settled again on its own for its own answer: the replica refuses a token
         it no longer holds (NotAcquired), so nothing is settled twice, and a delivery the
-        batch did settle answers NotAcquired, which here means done."""
+        batch did settle answers NotAcquired, which here means done. (So does one that a
+        concurrent settle of the same token took meanwhile, such as the release of a lease
+        that ran out: it is no longer held either way, and a released one is redelivered.)"""
         from raygroups.stack.workqueue import NotAcquired, StaleEpoch
         self._svc()  # QueueNotPrimary without a channel
         out: list = []
