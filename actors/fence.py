@@ -80,7 +80,7 @@ class FenceConfig:
 
 
 def is_fence_message(payload: Any) -> bool:
-    return isinstance(payload, (bytes, bytearray)) and bytes(payload[:3]) == FENCE_MAGIC
+    return isinstance(payload, (bytes, bytearray)) and payload.startswith(FENCE_MAGIC)
 
 
 def encode(obj: list) -> bytes:

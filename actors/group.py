@@ -3,6 +3,9 @@
 ```python
 g = Group.launch("orders", members_per_node=1)   # one MemberActor per Ray node, detached
 g.view(); g.members(); g.send(b"job-1")
+g.send_many([b"a", b"b"]); g.send_many(ray.put(big_list))   # one Ray call for many
+pub = g.publisher(in_flight=4); pub.send_many(batch); pub.flush()  # batches in flight
+for batch in g.subscribe(): ...                  # MessageBatch after MessageBatch
 for view in g.views(): ...                       # every view change, in order
 Group.attach("orders")                           # from any driver, by name
 g.shutdown()
@@ -15,7 +18,13 @@ on to the next when that member is dead or not in the view. Errors are the packa
 ``NotMember``, ``JoinTimeout``, ``GroupClosed`` (``NoSuchGroup`` when no member exists);
 a member's errors are re-raised unwrapped, never as Ray exceptions.
 
-The subscription (``views``/``view_events``) is a long poll (``MemberActor.wait_for_view``):
+Messages: ``send_many`` carries a list (or an ObjectRef of one) in one actor call;
+``receive_many`` answers with one ``MessageBatch`` (columns: actors/batch.py) and
+``subscribe`` yields them (actors/subscription.py). A call that names its member never
+changes the handle's current member, so a driver's batches keep going through one member
+(FIFO) while it reads from every member.
+
+The view subscription (``views``/``view_events``) is a long poll (``MemberActor.wait_for_view``):
 a member answers as soon as it installs a newer view; if that member dies or leaves, the
 subscription continues at another member from the last view it saw (views are ordered by
 view id, so none is repeated and, between members that installed them, none is skipped).
@@ -36,6 +45,7 @@ from raygroups.stack import RaygroupsError, StackConfig
 from raygroups.stack.auth import as_ring, key_id
 from raygroups.stack.runtime.ports import free_port
 
+from .batch import DEFAULT_BATCH, MessageBatch, check_batch, payload_list
 from .errors import (GroupClosed, JoinRejected, JoinTimeout, NoSuchGroup, NotMember,
                      RotationIncomplete)
 from .http_api import AUTH_MODES
@@ -43,6 +53,8 @@ from .group_key import delete_ring, member_ring, read_ring, ring_ids, write_ring
 from .member import MemberActor, MemberSpec
 from .placement import (DEFAULT_PORT, NAMESPACE, actor_name, alive_nodes,
                         is_loopback, member_of, plan, stack_config)
+from .publisher import Publisher
+from .subscription import Subscription
 
 CALL_TIMEOUT_S = 60.0
 # a member actor that died, or cannot be placed (its node is dead): another member answers
@@ -451,7 +463,7 @@ class Group:
                     continue
                 except GetTimeoutError:
                     raise TimeoutError(f"{method} on {name} took over {timeout}s") from None
-                self._answered(name)
+                self._answered(name, member)
                 return out
         raise last if last is not None else NoSuchGroup(self.cluster)
 
@@ -475,9 +487,27 @@ class Group:
                     continue
                 except asyncio.TimeoutError:
                     raise TimeoutError(f"{method} on {name} took over {timeout}s") from None
-                self._answered(name)
+                self._answered(name, member)
                 return out
         raise last if last is not None else NoSuchGroup(self.cluster)
+
+    def _get(self, name: str, ref: Any, timeout: float = CALL_TIMEOUT_S) -> Any:
+        """The result of a call made on ``name``, its errors as ``_call`` raises them for a
+        call that names its member."""
+        try:
+            return ray.get(ref, timeout=timeout)
+        except (RayTaskError, *GONE) as e:
+            raise self._failure(name, e, name) from None
+        except GetTimeoutError:
+            raise TimeoutError(f"a call on {name} took over {timeout}s") from None
+
+    async def _aget(self, name: str, ref: Any, timeout: float = CALL_TIMEOUT_S) -> Any:
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout)
+        except (RayTaskError, *GONE) as e:
+            raise self._failure(name, e, name) from None
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"a call on {name} took over {timeout}s") from None
 
     def _failure(self, name: str, e: BaseException, member: Optional[str]) -> BaseException:
         """A call on ``name`` failed with ``e``: raises what the caller must see (an error
@@ -493,8 +523,12 @@ class Group:
         return e if isinstance(e, RaygroupsError) else GroupClosed(
             f"member {name} of {self.cluster!r} is gone ({type(e).__name__})")
 
-    def _answered(self, name: str) -> None:
-        self._current = name
+    def _answered(self, name: str, asked: Optional[str]) -> None:
+        """``name`` answered: it is the handle's current member unless the call named its
+        member (``asked``), so that calls naming a member (a reader per member) never move
+        where the others go (a driver's send_many batches stay FIFO through one member)."""
+        if asked is None:
+            self._current = name
         self._avoid.discard(name)
 
     def _await_joined(self, names: list, timeout: float, progress) -> None:
@@ -690,12 +724,15 @@ class Group:
     async def send_async(self, payload: Any, dest: Optional[str] = None) -> None:
         await self._acall("send", payload, dest)
 
-    def send_many(self, payloads: list, dest: Optional[str] = None) -> int:
-        """Many messages in one Ray call (the way to get throughput)."""
-        return self._call("send_many", list(payloads), dest)
+    def send_many(self, payloads: Any, dest: Optional[str] = None) -> int:
+        """Many messages in one Ray call (the way to get throughput), multicast in list
+        order (FIFO). ``payloads``: a list, or an ObjectRef of one (``ray.put(list)``:
+        Ray hands the list to the member, and frees it when the call and the caller are
+        done with it, as for any task argument). Returns how many were sent."""
+        return self._call("send_many", payload_list(payloads), dest)
 
-    async def send_many_async(self, payloads: list, dest: Optional[str] = None) -> int:
-        return await self._acall("send_many", list(payloads), dest)
+    async def send_many_async(self, payloads: Any, dest: Optional[str] = None) -> int:
+        return await self._acall("send_many", payload_list(payloads), dest)
 
     def receive(self, max_messages: int = 1000, timeout: float = 1.0,
                 member: Optional[str] = None) -> list:
@@ -710,6 +747,52 @@ class Group:
                             member: Optional[str] = None) -> list:
         return await self._acall("receive", max_messages, timeout, member=member,
                                  timeout=timeout + CALL_TIMEOUT_S)
+
+    def receive_many(self, max_messages: int = DEFAULT_BATCH, timeout: float = 1.0,
+                     member: Optional[str] = None, min_messages: int = 1,
+                     linger_s: float = 0.0) -> MessageBatch:
+        """The batch form of ``receive``: up to ``max_messages`` messages delivered at one
+        member as one ``MessageBatch`` (actors/batch.py: the payloads in one list, senders
+        and views in runs; iterate it for one ``Delivered`` per message). Waits up to
+        ``timeout`` s for the first message (none: an empty batch); once one is there, up
+        to ``linger_s`` s more until ``min_messages`` are: for throughput, ask for a large
+        batch (``min_messages`` in the thousands, ``linger_s`` of some ms) so that a busy
+        reader makes few calls. Messages are taken off the member's inbox: each goes to
+        one reader, in delivery order."""
+        check_batch(max_messages, min_messages, timeout, linger_s)
+        return self._call("receive_many", max_messages, timeout, min_messages, linger_s,
+                          member=member, timeout=timeout + linger_s + CALL_TIMEOUT_S)
+
+    async def receive_many_async(self, max_messages: int = DEFAULT_BATCH,
+                                 timeout: float = 1.0, member: Optional[str] = None,
+                                 min_messages: int = 1, linger_s: float = 0.0) -> MessageBatch:
+        check_batch(max_messages, min_messages, timeout, linger_s)
+        return await self._acall("receive_many", max_messages, timeout, min_messages,
+                                 linger_s, member=member,
+                                 timeout=timeout + linger_s + CALL_TIMEOUT_S)
+
+    def subscribe(self, member: Optional[str] = None, max_messages: int = DEFAULT_BATCH,
+                  min_messages: int = 1, linger_s: float = 0.0,
+                  wait_s: float = 1.0) -> Subscription:
+        """The messages delivered at ``member`` (default: the handle's current member) as
+        a stream of ``MessageBatch``es: ``for batch in g.subscribe(): ...`` or ``async for``
+        (actors/subscription.py). One ``receive_many`` call at a time (a long poll of
+        ``wait_s``; ``min_messages``/``linger_s`` as there), never more than
+        ``max_messages`` held; it ends with GroupClosed/NotMember when that member is gone."""
+        check_batch(max_messages, min_messages, wait_s, linger_s)
+        return Subscription(self, self._pinned(member), max_messages, min_messages, linger_s,
+                            wait_s)
+
+    def publisher(self, member: Optional[str] = None, in_flight: int = 4) -> Publisher:
+        """Batches to the group with up to ``in_flight`` Ray calls on their way, multicast
+        in the order given, each once (actors/publisher.py): ``pub.send_many(batch)``, then
+        ``pub.flush()``. Through ``member`` (default: the handle's current member) for its
+        whole life."""
+        return Publisher(self, self._pinned(member), in_flight)
+
+    def _pinned(self, member: Optional[str]) -> str:
+        """``member``, or the member that answers for the handle now."""
+        return member if member is not None else self._call("info")["name"]
 
     # -- work queues ---------------------------------------------------------------
     def queue(self, name: str, alternate: Optional[str] = None, member: Optional[str] = None,

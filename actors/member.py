@@ -8,9 +8,10 @@ fresh UUID, the same name and port, and it rejoins.
 
 Around the channel it keeps
 * the view history (``wait_for_view`` is a long poll on it: it answers as soon as a newer view
-  is installed), and a bounded inbox of delivered messages (``receive`` takes batches; when
-  nobody reads, the oldest are dropped and counted, so a member nobody reads from never
-  stalls the group);
+  is installed), and a bounded inbox of delivered messages, filled a channel batch at a time
+  (``MemberChannel.events_many``); ``receive`` takes messages as dicts, ``receive_many`` as
+  one ``MessageBatch`` in columns (actors/batch.py); when nobody reads, the oldest are
+  dropped and counted, so a member nobody reads from never stalls the group;
 * Ray as a second failure signal (``watcher.RaySignal``), the fence that takes the member
   out for good when Ray gives up on its node (``fence.NodeFence``), the HTTP API and status
   page (``http_api.py``), metrics (``metrics.py``) and JSON logs (``logs.py``).
@@ -31,19 +32,23 @@ from typing import Any, Optional
 
 import ray
 
-from raygroups.stack import Channel, JoinRejected, JoinTimeout, StackConfig, ViewChange
+from raygroups.stack import (Channel, GroupClosed, JoinRejected, JoinTimeout, Message,
+                             StackConfig, ViewChange)
 from raygroups.stack.auth import as_ring
 from raygroups.stack.discovery.members_file import uid_to_text
 from raygroups.stack.events import GetPhysical, MemberDead, Suspect, Unsuspect
 
 from . import logs
+from .batch import DEFAULT_BATCH, MessageBatch, check_batch, take
 from .errors import NotMember
 from .fence import FenceConfig, NodeFence, exit_process, is_fence_message
 from .group_key import member_ring, read_ring, ring_ids
+from .member_channel import MemberChannel
 from .metrics import MetricsExporter, dropped, figures
 from .placement import NAMESPACE, actor_name
 from .queue import QueueHost, QueueMethods
 from .ray_compat import actor_state
+from .send_streams import SendStreams
 from .watcher import RaySignal
 
 SWIM_STATES = {0: "alive", 1: "suspect", 2: "dead"}
@@ -128,6 +133,8 @@ class MemberActor(QueueMethods):
         self.views_installed = 0
         self.inbox: collections.deque = collections.deque()  # (message, view it came in)
         self.inbox_dropped = 0
+        self.inbox_taken = 0  # messages handed out so far (MessageBatch.first)
+        self.send_streams = SendStreams()  # the order of Publishers' batches
         self._delivered_in: Optional[list] = None  # [coordinator uuid, counter] of the view
         self.suspicions: collections.deque = collections.deque(maxlen=200)
         self.ray_verdicts = 0
@@ -281,7 +288,7 @@ class MemberActor(QueueMethods):
         if self._pump is not None:
             self._pump.cancel()
             self._pump = None
-        ch = Channel(spec.cluster, spec.name, spec.config, **kw)
+        ch = MemberChannel(spec.cluster, spec.name, spec.config, **kw)
         self.queue_host.attach(ch)  # the work queues ride on each new channel
         await ch.connect(timeout=spec.join_timeout_s)
         self.channel = ch
@@ -326,22 +333,32 @@ class MemberActor(QueueMethods):
             inner(ev)
         rt.on_event = on_event
 
-    async def _pump_events(self, ch: Channel) -> None:
-        """Views into the history, messages into the inbox, as the channel delivers them."""
+    async def _pump_events(self, ch: MemberChannel) -> None:
+        """Views into the history, messages into the inbox, as the channel delivers them
+        (every event waiting per await)."""
+        inbox, cap = self.inbox, self.spec.inbox
         try:
-            async for ev in ch.events():
-                if type(ev) is ViewChange:
-                    self._on_view(ch, ev)
-                elif is_fence_message(ev.payload):  # the fence's own question and answers
-                    if self.fence is not None:
-                        asyncio.get_running_loop().create_task(
-                            self.fence.on_message(ev.sender, ev.payload))
-                else:
-                    if len(self.inbox) >= self.spec.inbox:
-                        self.inbox.popleft()
-                        self.inbox_dropped += 1
-                    self.inbox.append((ev, self._delivered_in))
-                    self._inbox_event.set()
+            while True:
+                try:
+                    events = await ch.events_many()
+                except GroupClosed:
+                    return
+                for ev in events:
+                    t = type(ev)
+                    if t is ViewChange:
+                        self._on_view(ch, ev)
+                    elif t is not Message:
+                        continue
+                    elif is_fence_message(ev.payload):  # the fence's question and answers
+                        if self.fence is not None:
+                            asyncio.get_running_loop().create_task(
+                                self.fence.on_message(ev.sender, ev.payload))
+                    else:
+                        if len(inbox) >= cap:
+                            inbox.popleft()
+                            self.inbox_dropped += 1
+                        inbox.append((ev, self._delivered_in))
+                self._inbox_event.set()
         finally:
             if self.channel is ch and self.state in ("member", "paused"):
                 self.state = "left"
@@ -573,7 +590,20 @@ class MemberActor(QueueMethods):
         ch = self._member_channel()
         await ch.send(payload, dest=self._find(dest) if dest is not None else None)
 
-    async def send_many(self, payloads: list, dest: Optional[str] = None) -> int:
+    async def send_many(self, payloads: list, dest: Optional[str] = None,
+                        stream: Optional[tuple] = None) -> int:
+        """``payloads``: a list (Ray resolves an ObjectRef of one before the call); returns
+        how many were sent. ``stream``: (publisher id, batch number) of a ``Publisher``'s
+        batch: sent once its predecessor was, and not again (0) when it was already
+        (actors/send_streams.py)."""
+        if not isinstance(payloads, list):
+            raise TypeError(f"send_many takes a list of payloads, not {type(payloads).__name__}")
+        if stream is None:
+            return await self._send_list(payloads, dest)
+        async with self.send_streams.turn(*stream) as now:
+            return await self._send_list(payloads, dest) if now else 0
+
+    async def _send_list(self, payloads: list, dest: Optional[str]) -> int:
         ch = self._member_channel()
         await ch.send_many(payloads, dest=self._find(dest) if dest is not None else None)
         return len(payloads)
@@ -582,21 +612,43 @@ class MemberActor(QueueMethods):
         """Up to ``max_messages`` delivered messages, waiting at most ``timeout`` for the
         first: [{"sender": name, "sender_uuid": hex, "payload": ..., "view": [coordinator
         uuid, counter] of the view it was delivered in}, ...]."""
+        return (await self.receive_many(max_messages, timeout)).as_dicts()
+
+    async def receive_many(self, max_messages: int = DEFAULT_BATCH, timeout: float = 1.0,
+                           min_messages: int = 1, linger_s: float = 0.0) -> MessageBatch:
+        """Up to ``max_messages`` delivered messages as one ``MessageBatch`` (columns, in
+        delivery order), waiting up to ``timeout`` s for the first (none came: an empty
+        batch); once one is here, up to ``linger_s`` s more until ``min_messages`` are (a
+        busy reader makes fewer, larger calls). Raises NotMember when the member is out of
+        the group and has nothing left to give."""
+        check_batch(max_messages, min_messages, timeout, linger_s)
         if not self.inbox:
+            await self._await_inbox(1, timeout)
+        if self.inbox and len(self.inbox) < min_messages and linger_s > 0:
+            await self._await_inbox(min_messages, linger_s)
+        b = take(self.inbox, max_messages, self.spec.name, self.inbox_taken,
+                 self.inbox_dropped)
+        self.inbox_taken += len(b)
+        return b
+
+    async def _await_inbox(self, want: int, timeout: float) -> None:
+        """Until the inbox holds ``want`` messages, ``timeout`` s passed, or the member is
+        out of the group (NotMember when then nothing is left for the caller)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while len(self.inbox) < want:
             if self.state not in ("member", "paused", "joining", "starting"):
-                self._member_channel()
+                if not self.inbox:
+                    self._member_channel()
+                return
+            left = deadline - loop.time()
+            if left <= 0:
+                return
             self._inbox_event.clear()
             try:
-                await asyncio.wait_for(self._inbox_event.wait(), timeout)
+                await asyncio.wait_for(self._inbox_event.wait(), left)
             except asyncio.TimeoutError:
-                return []
-        out = []
-        while self.inbox and len(out) < max_messages:
-            m, view = self.inbox.popleft()
-            out.append({"sender": m.sender.name if m.sender else None,
-                        "sender_uuid": m.sender.uuid_hex if m.sender else None,
-                        "payload": m.payload, "view": view})
-        return out
+                return
 
     def _after(self, after) -> list:
         h = list(self.history)

@@ -12,7 +12,10 @@ d.reject()                           # to the alternate queue, exactly once
 
 Every call has an async twin (``publish_async``, ``acquire_async``, ``accept_async``, ...).
 Batches go in one Ray call each (``publish_many``, ``acquire_many``, ``settle_many``): the
-data path is the members' own sockets, Ray carries only the calls.
+data path is the members' own sockets, Ray carries only the calls. A batch travels in
+columns (the ids of a publish as one publisher and its sequence numbers; an acquisition as
+bodies and one small tuple per delivery), and a member settles a batch with one call into
+its replica (``QueueHost.settle``).
 
 Member side: ``QueueHost`` belongs to a ``MemberActor``; ``attach(channel)`` puts the work
 queue service (stack/runtime/workqueue.py) on each new channel before it connects, and the
@@ -112,6 +115,12 @@ class _Renewer:
 _RENEWER = _Renewer()
 
 
+def _ids(published: tuple) -> list:
+    """Message ids from ``QueueHost.publish``'s (publisher, [sequence numbers])."""
+    pub, seqs = published
+    return [(pub, seq) for seq in seqs]
+
+
 # ==========================================================================================
 # client side
 # ==========================================================================================
@@ -121,14 +130,10 @@ class Delivery:
     ``_async`` twins), once."""
     __slots__ = ("handle", "queue", "member", "body", "id", "token", "redelivered")
 
-    def __init__(self, handle: "WorkQueueHandle", info: dict):
-        self.handle = handle
-        self.queue = info["queue"]
-        self.member = info["member"]
-        self.body = info["body"]
-        self.id = (info["publisher"], info["seq"])
-        self.token = tuple(info["token"])
-        self.redelivered = info["redelivered"]
+    def __init__(self, handle: "WorkQueueHandle", queue: str, member: str, body: bytes,
+                 id: tuple, token: tuple, redelivered: bool):
+        self.handle, self.queue, self.member, self.body = handle, queue, member, body
+        self.id, self.token, self.redelivered = id, token, redelivered
 
     def accept(self) -> None:
         self.handle._settle("accept", [self])
@@ -186,16 +191,15 @@ class WorkQueueHandle:
 
     def publish_many(self, bodies: list) -> list:
         """Many messages in one call (batched into few multicasts); their ids."""
-        return [tuple(x) for x in self.group._call("queue_publish", self.name, list(bodies),
-                                                    member=self.member)]
+        return _ids(self.group._call("queue_publish", self.name, list(bodies),
+                                     member=self.member))
 
     async def publish_async(self, body: bytes) -> tuple:
         return (await self.publish_many_async([body]))[0]
 
     async def publish_many_async(self, bodies: list) -> list:
-        out = await self.group._acall("queue_publish", self.name, list(bodies),
-                                      member=self.member)
-        return [tuple(x) for x in out]
+        return _ids(await self.group._acall("queue_publish", self.name, list(bodies),
+                                            member=self.member))
 
     # -- acquiring ------------------------------------------------------------------------
     def acquire(self, timeout_s: Optional[float] = None) -> Delivery:
@@ -209,10 +213,10 @@ class WorkQueueHandle:
     def acquire_many(self, n: int, timeout_s: Optional[float] = None,
                      _many: bool = True) -> list:
         """Up to ``n`` messages (at least one unless ``timeout_s`` passed: then [])."""
-        infos = self.group._call("queue_acquire", self.name, n, timeout_s, _many, CLIENT,
-                                 self.lease_s, member=self.member,
-                                 timeout=(timeout_s or 0) + CALL_TIMEOUT_S)
-        return self._leased(infos)
+        got = self.group._call("queue_acquire", self.name, n, timeout_s, _many, CLIENT,
+                               self.lease_s, member=self.member,
+                               timeout=(timeout_s or 0) + CALL_TIMEOUT_S)
+        return self._leased(got)
 
     async def acquire_async(self, timeout_s: Optional[float] = None) -> Delivery:
         got = await self.acquire_many_async(1, timeout_s, _many=False)
@@ -222,16 +226,18 @@ class WorkQueueHandle:
 
     async def acquire_many_async(self, n: int, timeout_s: Optional[float] = None,
                                  _many: bool = True) -> list:
-        infos = await self.group._acall("queue_acquire", self.name, n, timeout_s, _many,
-                                        CLIENT, self.lease_s, member=self.member,
-                                        timeout=(timeout_s or 0) + CALL_TIMEOUT_S)
-        return self._leased(infos)
+        got = await self.group._acall("queue_acquire", self.name, n, timeout_s, _many,
+                                      CLIENT, self.lease_s, member=self.member,
+                                      timeout=(timeout_s or 0) + CALL_TIMEOUT_S)
+        return self._leased(got)
 
-    def _leased(self, infos: list) -> list:
-        out = [Delivery(self, i) for i in infos]
-        for member in {d.member for d in out}:
-            _RENEWER.add(self.group, member, sum(d.member == member for d in out),
-                         self.lease_s)
+    def _leased(self, got: dict) -> list:
+        """Deliveries from a member's answer (``QueueHost.acquire``'s columns), leased to
+        this process."""
+        queue, member, pubs = got["queue"], got["member"], got["publishers"]
+        out = [Delivery(self, queue, member, body, (pubs[p], seq), (epoch, k), bool(again))
+               for body, (p, seq, epoch, k, again) in zip(got["bodies"], got["meta"])]
+        _RENEWER.add(self.group, member, len(out), self.lease_s)
         return out
 
     # -- settling -------------------------------------------------------------------------
@@ -246,7 +252,7 @@ class WorkQueueHandle:
     def _by_member(deliveries: list) -> dict:
         out: dict = {}
         for d in deliveries:
-            out.setdefault((d.member, d.queue), []).append(list(d.token))
+            out.setdefault((d.member, d.queue), []).append(d.token)
         return out
 
     def _settled(self, member: str, errs: list) -> Optional[BaseException]:
@@ -327,11 +333,12 @@ class QueueHost:
         q = await self._svc().queue(name, alternate, max_depth, max_bytes)
         return q.info()
 
-    async def publish(self, name: str, bodies: list) -> list:
+    async def publish(self, name: str, bodies: list) -> tuple:
+        """(publisher UUID hex, [sequence numbers]): the ids of ``bodies``, in order."""
         from raygroups.stack.runtime.workqueue import WorkQueue
         q = WorkQueue(self._svc(), name, None)
         ids = await q.publish_many(bodies)
-        return [(pub.hex(), seq) for pub, seq in ids]
+        return (ids[0][0].hex() if ids else "", [seq for _pub, seq in ids])
 
     def renew(self, client: str, lease_s: float) -> int:
         """Extend ``client``'s lease by ``lease_s`` from now; how many deliveries it holds."""
@@ -375,49 +382,75 @@ class QueueHost:
                 got = [await q.acquire(timeout_s)]
             except AcquireTimeout:
                 got = []
-        out = []
         if got and client is not None:
             self.renew(client, lease_s)
             if self._sweeper is None:
                 self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+        pubs: dict = {}
+        bodies, meta = [], []
+        held, holder = self.held, self.holder
         for d in got:
-            self.held[(name, d.token)] = d
+            a = d.acquired
+            token = a.token
+            held[(name, token)] = d
             if client is not None:
-                self.holder[(name, d.token)] = client
-            out.append({"queue": name, "member": self.member_name, "body": d.body,
-                        "publisher": d.id[0].hex(), "seq": d.id[1], "token": list(d.token),
-                        "redelivered": d.redelivered})
-        return out
+                holder[(name, token)] = client
+            pub = a.mid[0]
+            p = pubs.get(pub)
+            if p is None:
+                p = pubs[pub] = len(pubs)
+            bodies.append(a.body)
+            meta.append((p, a.mid[1], token[0], token[1], a.redelivered))
+        return {"queue": name, "member": self.member_name, "bodies": bodies, "meta": meta,
+                "publishers": [pub.hex() for pub in pubs]}
 
     async def settle(self, name: str, op: str, tokens: list) -> list:
-        """[None or the error] per token."""
+        """[None or the error] per token. The deliveries held here are settled in one
+        batch (``WorkQueue.settle_many``: one call into the replica, one multicast). The
+        replica tells a failed batch's first error only, so then each delivery of the
+        batch is settled again on its own for its own answer: the replica refuses a token
+        it no longer holds (NotAcquired), so nothing is settled twice, and a delivery the
+        batch did settle answers NotAcquired, which here means done. (So does one that a
+        concurrent settle of the same token took meanwhile, such as the release of a lease
+        that ran out: it is no longer held either way, and a released one is redelivered.)"""
         from raygroups.stack.workqueue import NotAcquired, StaleEpoch
         self._svc()  # QueueNotPrimary without a channel
-        out = []
-        todo = []
+        out: list = []
+        todo: dict = {}  # token -> (index in out, runtime Delivery)
         for t in tokens:
-            d = self.held.get((name, tuple(t)))
-            if d is None:
-                out.append(NotAcquired(f"{name!r}: no delivery {tuple(t)} held at "
+            t = tuple(t)
+            d = self.held.get((name, t))
+            if d is None or t in todo:
+                out.append(NotAcquired(f"{name!r}: no delivery {t} held at "
                                        f"{self.member_name}"))
             else:
+                todo[t] = (len(out), d)
                 out.append(None)
-                todo.append((len(out) - 1, t, d))
-
-        async def one(i, t, d):
-            try:
-                await d.queue.settle(op, d)
+        if not todo:
+            return out
+        first = next(iter(todo.values()))[1]
+        try:
+            await first.queue.settle_many(op, [d for _i, d in todo.values()])
+        except Exception:  # noqa: BLE001 - each delivery's own answer below
+            async def one(t: tuple, i: int, d: Any) -> None:
+                try:
+                    await d.queue.settle(op, d)
+                except NotAcquired:
+                    pass  # the batch settled it
+                except Exception as e:  # noqa: BLE001 - handed to the client
+                    out[i] = e
+                    if not isinstance(e, StaleEpoch):
+                        return  # still ours: it may be settled again
                 self._forget(name, t)
-            except Exception as e:
-                if isinstance(e, (StaleEpoch, NotAcquired)):
-                    self._forget(name, t)  # not ours any more
-                out[i] = e
-        await asyncio.gather(*[one(i, t, d) for i, t, d in todo])
+            await asyncio.gather(*[one(t, i, d) for t, (i, d) in todo.items()])
+            return out
+        for t in todo:
+            self._forget(name, t)
         return out
 
-    def _forget(self, name: str, token: list) -> None:
-        self.held.pop((name, tuple(token)), None)
-        self.holder.pop((name, tuple(token)), None)
+    def _forget(self, name: str, token: tuple) -> None:
+        self.held.pop((name, token), None)
+        self.holder.pop((name, token), None)
 
     def info(self, name: Optional[str] = None) -> dict:
         """One queue's figures, or the service's with ``leases`` (clients holding

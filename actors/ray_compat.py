@@ -12,6 +12,9 @@ by the tests rather than by a member in production:
 - ``RayKV``: Ray's internal key-value store in the GCS (``ray.experimental.internal_kv``),
   with its atomic create-only put: the ``ray-kv://`` discovery store (kv_store.py). A named
   actor could hold the files too, but would be one more process that dies with its node.
+- ``objects_held``: the object references this process holds (the core worker's reference
+  table), so that a bench or a test sees that what ``Group.send_many`` took as an
+  ObjectRef was freed; Ray's public State API needs the dashboard.
 - ``keep_on_loopback``: Ray rewrites 127.0.0.1 to the host's external address unless
   ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` is set before ray is imported; a process that
   imported ray earlier also needs Ray's constant (``ray._private.ray_constants``) set.
@@ -48,6 +51,12 @@ def missing() -> list:
                 out.append(f"ray.experimental.internal_kv.{fn}")
     except ImportError:
         out.append("ray.experimental.internal_kv")
+    try:
+        from ray._raylet import CoreWorker
+        if not callable(getattr(CoreWorker, "get_all_reference_counts", None)):
+            out.append("ray._raylet.CoreWorker.get_all_reference_counts")
+    except ImportError:
+        out.append("ray._raylet.CoreWorker")
     try:
         from ray._private import ray_constants
         if not hasattr(ray_constants, "ENABLE_RAY_CLUSTER"):
@@ -90,6 +99,13 @@ class RayKV:
 
     def delete(self, key: bytes) -> None:
         self._kv._internal_kv_del(key, namespace=KV_NAMESPACE)
+
+
+def objects_held() -> set:
+    """Hex ids of the objects this process holds references to (owned or borrowed)."""
+    from ray._private.worker import global_worker
+    return {k.decode() if isinstance(k, bytes) else str(k)
+            for k in global_worker.core_worker.get_all_reference_counts()}
 
 
 def loopback_address(address: Optional[str]) -> bool:

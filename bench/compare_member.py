@@ -267,7 +267,11 @@ def main(argv=None) -> None:
     if os.environ.get("RG_GC"):  # experiments: RG_GC=t0,t1,t2 (gc.set_threshold)
         import gc
         gc.set_threshold(*map(int, os.environ["RG_GC"].split(",")))
-    fn = {"tput": tput, "group": group, "join": join, "member": member}[args.mode]
+    run({"tput": tput, "group": group, "join": join, "member": member}[args.mode], args)
+
+
+def run(fn, args) -> None:
+    """``asyncio.run(fn(args))``; an error is printed as {"error": ...} and exits 1."""
     try:
         asyncio.run(fn(args))
     except Exception as e:

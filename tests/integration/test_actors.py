@@ -10,6 +10,7 @@ every wait is for a condition, with a generous deadline.
 import asyncio
 import json
 import os
+import random
 import re
 import threading
 import time
@@ -93,6 +94,137 @@ def test_send_reaches_every_member_and_batches(group):
         assert batch, "messages stopped arriving"
         seen += [m["payload"] for m in batch if m["payload"].startswith(b"b")]
     assert seen == [b"b%d" % i for i in range(500)]  # FIFO from one sender
+
+
+def _ours(batch, prefix: bytes) -> list:
+    return [m for m in batch if m.payload.startswith(prefix)]
+
+
+def test_batch_reads_and_subscriptions_keep_fifo_without_loss_or_duplicates(group):
+    """A driver sends numbered messages in batches of random sizes while it reads each
+    member's inbox in batches of random sizes between sends (reads that name a member never
+    move where the handle sends); then half the members are read to the end through a
+    subscription, half through an async one. Every member has every message once, in send
+    order, all from one sender, each tagged with the current view."""
+    seed = 19081
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    names = group.member_names()
+    sent = [b"fifo-%d" % k for k in range(1500)]
+    got: dict = {n: [] for n in names}
+    k = 0
+    while k < len(sent):
+        step = rng.randint(1, 250)
+        assert group.send_many(sent[k:k + step]) == len(sent[k:k + step])
+        k += step
+        reader = rng.choice(names)
+        b = group.receive_many(max_messages=rng.randint(1, 400), timeout=0, member=reader)
+        got[reader] += _ours(b, b"fifo-")
+    view = group.view().view_id
+    for i, n in enumerate(names):
+        cap = rng.randint(50, 700)
+        sub = group.subscribe(member=n, max_messages=cap, wait_s=5.0,
+                              min_messages=rng.randint(1, cap), linger_s=rng.choice((0, 0.05)))
+        if i % 2:
+            async def read(sub=sub, n=n):
+                async for b in sub:
+                    assert 0 < len(b) <= cap
+                    got[n] += _ours(b, b"fifo-")
+                    if len(got[n]) >= len(sent):
+                        return
+            asyncio.run(asyncio.wait_for(read(), WAIT_S))
+        else:
+            for b in sub:
+                assert 0 < len(b) <= cap
+                got[n] += _ours(b, b"fifo-")
+                if len(got[n]) >= len(sent):
+                    break
+        assert sub.taken_by_others == 0
+    for n in names:
+        assert [m.payload for m in got[n]] == sent, n
+        assert len({m.sender for m in got[n]}) == 1
+        assert {tuple(m.view) for m in got[n]} == {(view.coord.uuid_hex, view.id)}
+
+
+def test_a_publisher_keeps_its_batches_fifo_with_several_in_flight(group):
+    """Batches of random sizes (seeded) through a publisher with 3 calls in flight, sync
+    then async: every member delivers every message once, in the order given; a batch
+    sent again under its number sends nothing."""
+    seed = 19083
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    sent = [b"pub-%d" % k for k in range(2000)]
+    cuts = sorted(rng.sample(range(1, len(sent)), 24))
+    batches = [sent[a:b] for a, b in zip([0] + cuts, cuts + [len(sent)])]
+    pub = group.publisher(in_flight=3)
+    for b in batches[:12]:
+        pub.send_many(b)
+
+    async def rest():
+        for b in batches[12:]:
+            await pub.send_many_async(b)
+        return await pub.flush_async()
+    assert asyncio.run(rest()) == len(sent)
+    again = group._handle(pub.member).send_many.remote(batches[0], None, (pub.id, 0))
+    assert group._get(pub.member, again) == 0
+    for n in group.member_names():
+        got = []
+        while len(got) < len(sent):
+            b = group.receive_many(timeout=10, member=n)
+            assert b, f"{n}: messages stopped at {len(got)}"
+            got += [m.payload for m in _ours(b, b"pub-")]
+        assert got == sent, n
+        assert not _ours(group.receive_many(timeout=0.3, member=n), b"pub-")  # no repeat
+
+
+def test_send_many_takes_an_object_ref_and_frees_it(group):
+    import ray
+
+    from raygroups.actors.ray_compat import objects_held
+    payloads = [b"ref-%d." % k + b"." * 2000 for k in range(300)]  # 600 KB: object store
+    ref = ray.put(payloads)
+    oid = ref.hex()
+    assert group.send_many(ref) == 300
+    del ref
+    deadline = time.monotonic() + WAIT_S
+    while oid in objects_held():
+        assert time.monotonic() < deadline, "the payloads' object is still held"
+        time.sleep(0.05)
+    n, seen = group.member_names()[0], []
+    while len(seen) < 300:
+        b = group.receive_many(timeout=10, member=n)
+        assert b, "messages stopped arriving"
+        seen += [m.payload for m in _ours(b, b"ref-")]
+    assert seen == payloads
+
+
+def test_a_batch_read_lingers_for_more_but_returns_what_came(group):
+    n = group.member_names()[1]
+    while group.receive_many(timeout=0, member=n):
+        pass
+    group.send_many([b"linger-%d" % k for k in range(3)])
+    b = group.receive_many(timeout=10, member=n, min_messages=100, linger_s=0.2)
+    got = [m.payload for m in _ours(b, b"linger-")]
+    while len(got) < 3:  # the first may have come alone, before the linger began
+        got += [m.payload for m in _ours(group.receive_many(timeout=10, member=n), b"linger-")]
+    assert got == [b"linger-%d" % k for k in range(3)]
+    assert len(group.receive_many(timeout=0, member=n)) == 0
+
+
+def test_batch_api_typed_errors(group):
+    import ray
+    with pytest.raises(TypeError):
+        group.send_many(b"one payload, not a list")
+    with pytest.raises(TypeError):  # raised by the member, unwrapped
+        group.send_many(ray.put(b"one payload, not a list"))
+    with pytest.raises(ValueError):
+        group.receive_many(max_messages=0)
+    with pytest.raises(ValueError):
+        group.subscribe(max_messages=2, min_messages=5)
+    with pytest.raises(NotMember):
+        group.receive_many(member="nobody-by-that-name")
+    with pytest.raises(ValueError):
+        group.publisher(in_flight=0)
 
 
 def test_second_launch_attaches(group):

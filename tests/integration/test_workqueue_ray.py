@@ -4,6 +4,7 @@ process, talking over its own sockets). No wall-clock assertions: every wait is 
 condition with a generous deadline."""
 import asyncio
 import os
+import random
 from collections import Counter
 
 import pytest
@@ -100,6 +101,50 @@ def test_reject_goes_to_the_alternate_once(group):
     with pytest.raises(AcquireTimeout):
         dead.acquire(timeout_s=0.5)
     assert all(q.on(n).info().get("rejected") == 1 for n in names)
+
+
+def test_batches_settle_every_message_exactly_once(group):
+    """publish_many, then acquire_many and settle_many in batches of random sizes, each
+    delivery accepted, released or rejected at random (seeded): every message ends accepted
+    once or rejected once (then once in the alternate queue), a released one comes back
+    marked redelivered with its id, and the ids are the ones publish_many returned."""
+    seed = 19082
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    names = group.member_names()
+    q = group.queue("batches", alternate="batches.dead", member=names[0])
+    dead = group.queue("batches.dead", member=names[1])
+    bodies = [b"batch-%d" % k for k in range(600)]
+    ids = q.publish_many(bodies)
+    assert len(set(ids)) == 600 and [seq for _p, seq in ids] == sorted(seq for _p, seq in ids)
+    id_of = dict(zip(bodies, ids))
+    accepted, rejected, released = [], [], set()
+    while len(accepted) + len(rejected) < len(bodies):
+        ds = q.acquire_many(rng.randint(1, 120), timeout_s=10)
+        assert ds, "the queue stopped giving messages"
+        by_op: dict = {}
+        for d in ds:
+            assert d.id == id_of[d.body] and d.member == names[0]
+            assert d.redelivered == (d.body in released)
+            by_op.setdefault(rng.choices(("accept", "release", "reject"), (6, 3, 1))[0],
+                             []).append(d)
+        for op, group_of in by_op.items():
+            q.settle_many(op, group_of)
+        accepted += [d.body for d in by_op.get("accept", ())]
+        rejected += [d.body for d in by_op.get("reject", ())]
+        released |= {d.body for d in by_op.get("release", ())}
+    assert sorted(accepted + rejected) == sorted(bodies)
+    dead_got = []
+    while len(dead_got) < len(rejected):
+        ds = dead.acquire_many(100, timeout_s=10)
+        assert ds, "rejected messages missing from the alternate queue"
+        dead.settle_many("accept", ds)
+        dead_got += [d.body for d in ds]
+    assert sorted(dead_got) == sorted(rejected)
+    with pytest.raises(NotAcquired):
+        q.settle_many("accept", ds[:1])  # settled once already (in the alternate queue's
+        # handle: a token is the member's; another settle of it is refused)
+    assert q.depth() == 0 and dead.depth() == 0
 
 
 VANISHING_CONSUMER = """
