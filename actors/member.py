@@ -9,7 +9,7 @@ fresh UUID, the same name and port, and it rejoins.
 Around the channel it keeps
 * the view history (``wait_for_view`` is a long poll on it: it answers as soon as a newer view
   is installed), and a bounded inbox of delivered messages, filled a channel batch at a time
-  (``MemberChannel.events_many``); ``receive`` takes messages as dicts, ``receive_many`` as
+  (``Channel.events_many``); ``receive`` takes messages as dicts, ``receive_many`` as
   one ``MessageBatch`` in columns (actors/batch.py); when nobody reads, the oldest are
   dropped and counted, so a member nobody reads from never stalls the group;
 * Ray as a second failure signal (``watcher.RaySignal``), the fence that takes the member
@@ -43,7 +43,6 @@ from .batch import DEFAULT_BATCH, MessageBatch, check_batch, take
 from .errors import NotMember
 from .fence import FenceConfig, NodeFence, exit_process, is_fence_message
 from .group_key import member_ring, read_ring, ring_ids
-from .member_channel import MemberChannel
 from .metrics import MetricsExporter, dropped, figures
 from .placement import NAMESPACE, actor_name
 from .queue import QueueHost, QueueMethods
@@ -288,7 +287,7 @@ class MemberActor(QueueMethods):
         if self._pump is not None:
             self._pump.cancel()
             self._pump = None
-        ch = MemberChannel(spec.cluster, spec.name, spec.config, **kw)
+        ch = Channel(spec.cluster, spec.name, spec.config, **kw)
         self.queue_host.attach(ch)  # the work queues ride on each new channel
         await ch.connect(timeout=spec.join_timeout_s)
         self.channel = ch
@@ -333,7 +332,7 @@ class MemberActor(QueueMethods):
             inner(ev)
         rt.on_event = on_event
 
-    async def _pump_events(self, ch: MemberChannel) -> None:
+    async def _pump_events(self, ch: Channel) -> None:
         """Views into the history, messages into the inbox, as the channel delivers them
         (every event waiting per await)."""
         inbox, cap = self.inbox, self.spec.inbox

@@ -217,17 +217,21 @@ class Channel:
                            timeout: Optional[float] = None) -> list:
         """The messages waiting, in delivery order: at least one (waiting up to ``timeout``),
         at most ``max_items``. The batch form of ``receive``, one await per batch instead of
-        one per message (view changes are skipped; use ``events()`` to see them)."""
+        one per message (view changes are skipped; use ``events_many()`` to see them)."""
         out: list = []
-        q = self._queue
         while not out:
-            ev = await self._next(timeout)
-            if type(ev) is Message:
-                out.append(ev)
-            while q and len(out) < max_items:
-                ev = q.popleft()
-                if type(ev) is Message:
-                    out.append(ev)
+            out = [ev for ev in await self.events_many(max_items, timeout) if type(ev) is Message]
+        return out
+
+    async def events_many(self, max_items: int = 4096,
+                          timeout: Optional[float] = None) -> list:
+        """ViewChange and Message events waiting, in delivery order: at least one (waiting
+        up to ``timeout``), at most ``max_items``; GroupClosed once the channel is closed
+        and drained. The batch form of ``events()``."""
+        out = [await self._next(timeout)]
+        q = self._queue
+        while q and len(out) < max_items:
+            out.append(q.popleft())
         if self._paused and len(q) < self.max_queued // 2:
             self._paused = False
             if not self.stack.set_app_blocked(False):  # releases what flow control held

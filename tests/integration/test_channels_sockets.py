@@ -151,3 +151,41 @@ def test_a_joiner_with_other_agreed_settings_is_refused(variant):
         await asyncio.gather(a.close(), c.close())
 
     asyncio.run(main())
+
+
+def test_batch_reads_keep_delivery_order_and_views():
+    """events_many() hands over every event waiting, view changes included, in delivery
+    order; receive_many() the same without the views. Nothing lost, nothing repeated."""
+    async def main():
+        a, b = await start_group("udp-multicast", 2)
+        c = None
+        try:
+            for k in range(300):
+                await a.send(f"e{k}".encode())
+            events = []
+            while sum(1 for e in events if not isinstance(e, ViewChange)) < 300:
+                events += await b.events_many(max_items=64, timeout=10)
+            assert [e.payload for e in events if not isinstance(e, ViewChange)] == \
+                [f"e{k}".encode() for k in range(300)]
+            assert isinstance(events[0], ViewChange)  # b's own join came first
+            c = Channel(a.cluster, "m2", a.config.with_options(port=free_port()))
+            await c.connect(timeout=20)
+            for k in range(100):
+                await a.send(f"r{k}".encode())
+            views, got = 0, []
+            while len(got) < 100:
+                batch = await b.events_many(timeout=10)
+                views += sum(1 for e in batch if isinstance(e, ViewChange))
+                got += [e.payload for e in batch if not isinstance(e, ViewChange)]
+            assert views == 1 and got == [f"r{k}".encode() for k in range(100)]
+            for k in range(50):
+                await a.send(f"m{k}".encode())
+            msgs = []  # c, which joined before the r's: every r, then every m, no views
+            while b"m49" not in msgs:
+                msgs += [m.payload for m in await c.receive_many(max_items=7, timeout=10)]
+            assert msgs == [f"r{k}".encode() for k in range(100)] + \
+                [f"m{k}".encode() for k in range(50)]
+        finally:
+            await asyncio.gather(*(ch.close() for ch in (a, b, c) if ch is not None))
+
+    asyncio.run(main())
