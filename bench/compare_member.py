@@ -58,8 +58,8 @@ def config(args, index: int):
         options["membership"] = args.membership
     for item in filter(None, os.environ.get("RG_OPTIONS", "").split(",")):
         key, _, value = item.partition("=")  # experiments: RG_OPTIONS=layer__field=value,..
-        options[key] = type(getattr(getattr(StackConfig(), key.split("__")[0]),
-                                    key.split("__")[1]))(value)
+        kind = type(getattr(getattr(StackConfig(), key.split("__")[0]), key.split("__")[1]))
+        options[key] = value.lower() in ("1", "true", "yes") if kind is bool else kind(value)
     preset = getattr(StackConfig, getattr(args, "preset", "local") or "local")
     return preset(args.transport, **options)
 
