@@ -27,6 +27,13 @@ deliveries, a daemon thread renews the lease on each member that holds them ever
 and the member releases what that process held once the lease ran out, so another consumer
 gets it (counted as ``lease_released`` in the member's queue info).
 
+Batches keyed for replay (a Spark micro-batch's partition, ``integration/queue_stream.py``):
+``acquire_keyed(key, n, client=...)`` acquires under ``key``; asked again with the same key
+while the member still holds what it gave, it returns the same deliveries (a task re-run
+reads the same messages) instead of new ones; ``settle_keys(op, keys)`` settles everything
+held under the keys. The ``client`` whose lease covers them is the caller's, renewed with
+``renew(client)`` (a replay moves them to the asking client).
+
 Errors are the work queue's own, re-raised unwrapped: QueueNotPrimary (a minority),
 QueueOutcomeUnknown, QueueFull, NoSuchQueue, StaleEpoch, NotAcquired, AcquireTimeout,
 MessageTooLarge.
@@ -227,6 +234,29 @@ class WorkQueueHandle:
                                         timeout=(timeout_s or 0) + CALL_TIMEOUT_S)
         return self._leased(infos)
 
+    def acquire_keyed(self, key: str, n: int, timeout_s: Optional[float] = None,
+                      client: str = CLIENT) -> list:
+        """Up to ``n`` messages under ``key`` (see the module doc): the deliveries the member
+        still holds under ``key``, or new ones. ``client``: whose lease covers them; another
+        client than this process's renews its lease itself (``renew``)."""
+        infos = self.group._call("queue_acquire", self.name, n, timeout_s, True, client,
+                                 self.lease_s, key, member=self.member,
+                                 timeout=(timeout_s or 0) + CALL_TIMEOUT_S)
+        if client == CLIENT:
+            return self._leased(infos)
+        return [Delivery(self, i) for i in infos]
+
+    def settle_keys(self, op: str, keys: list) -> dict:
+        """accept/release/reject everything held under ``keys`` at this handle's member:
+        {"settled": n, "failed": n}."""
+        return self.group._call("queue_settle_keys", self.name, op, list(keys),
+                                member=self.member)
+
+    def renew(self, client: str = CLIENT) -> int:
+        """Renew ``client``'s lease (``lease_s``) at this handle's member; how many
+        deliveries it holds there."""
+        return self.group._call("queue_renew", client, self.lease_s, member=self.member)
+
     def _leased(self, infos: list) -> list:
         out = [Delivery(self, i) for i in infos]
         for member in {d.member for d in out}:
@@ -298,6 +328,9 @@ class QueueHost:
         self.held: dict = {}    # (queue, token) -> runtime Delivery handed to a client
         self.holder: dict = {}  # (queue, token) -> the client (process id) that holds it
         self.leases: dict = {}  # client -> (monotonic deadline, lease_s)
+        self.keyed: dict = {}   # (queue, key) -> {token: None} held under that key
+        self.key_of: dict = {}  # (queue, token) -> the key it was acquired under
+        self.keying: dict = {}  # (queue, key) -> asyncio.Lock while a call acquires for it
         self.lease_released = 0
         self._sweeper: Optional[asyncio.Task] = None
 
@@ -307,7 +340,7 @@ class QueueHost:
         if self.service is not None:
             old = self.service
             asyncio.get_running_loop().create_task(old.close())
-        self.held, self.holder = {}, {}
+        self.held, self.holder, self.keyed, self.key_of = {}, {}, {}, {}
         self.service = WorkQueues(channel, self.config)
 
     def _svc(self):
@@ -361,11 +394,52 @@ class QueueHost:
                             "renewing its lease", self.member_name, released, name)
         self._sweeper = None
 
+    def _hold(self, client: Optional[str], lease_s: float) -> None:
+        if client is not None:
+            self.renew(client, lease_s)
+            if self._sweeper is None:
+                self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+
+    def _info(self, name: str, d: Any) -> dict:
+        return {"queue": name, "member": self.member_name, "body": d.body,
+                "publisher": d.id[0].hex(), "seq": d.id[1], "token": list(d.token),
+                "redelivered": d.redelivered}
+
+    def _replay(self, name: str, key: str, client: Optional[str],
+                lease_s: float) -> Optional[list]:
+        """What ``key`` still holds, now held by ``client``; None when the key holds
+        nothing."""
+        tokens = list(self.keyed.get((name, key), ()))
+        if not tokens:
+            return None
+        self._hold(client, lease_s)
+        for t in tokens:
+            if client is not None:
+                self.holder[(name, t)] = client
+        return [self._info(name, self.held[(name, t)]) for t in tokens]
+
     async def acquire(self, name: str, n: int = 1, timeout_s: Optional[float] = None,
                       many: bool = True, client: Optional[str] = None,
-                      lease_s: float = LEASE_S) -> list:
+                      lease_s: float = LEASE_S, key: Optional[str] = None) -> list:
         """``client`` (a process id) holds what is acquired under a lease of ``lease_s``
-        (renewed by ``renew``); None: held until settled or this member goes."""
+        (renewed by ``renew``); None: held until settled or this member goes. ``key``: a
+        replayable acquisition (the deliveries this member still holds under ``key``, if
+        any, else new ones recorded under it)."""
+        if key is None:
+            return await self._acquire(name, n, timeout_s, many, client, lease_s, None)
+        lock = self.keying.setdefault((name, key), asyncio.Lock())
+        try:
+            async with lock:  # a second call for the key (a speculative task) replays
+                again = self._replay(name, key, client, lease_s)
+                if again is not None:
+                    return again
+                return await self._acquire(name, n, timeout_s, many, client, lease_s, key)
+        finally:
+            if not lock.locked() and self.keying.get((name, key)) is lock:
+                del self.keying[(name, key)]
+
+    async def _acquire(self, name: str, n: int, timeout_s: Optional[float], many: bool,
+                       client: Optional[str], lease_s: float, key: Optional[str]) -> list:
         from raygroups.stack.runtime.workqueue import WorkQueue
         q = WorkQueue(self._svc(), name, None)
         if many:
@@ -375,19 +449,23 @@ class QueueHost:
                 got = [await q.acquire(timeout_s)]
             except AcquireTimeout:
                 got = []
-        out = []
-        if got and client is not None:
-            self.renew(client, lease_s)
-            if self._sweeper is None:
-                self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+        if got:
+            self._hold(client, lease_s)
+        if got and key is not None:
+            self.keyed[(name, key)] = dict.fromkeys(d.token for d in got)
+            self.key_of.update(((name, d.token), key) for d in got)
         for d in got:
             self.held[(name, d.token)] = d
             if client is not None:
                 self.holder[(name, d.token)] = client
-            out.append({"queue": name, "member": self.member_name, "body": d.body,
-                        "publisher": d.id[0].hex(), "seq": d.id[1], "token": list(d.token),
-                        "redelivered": d.redelivered})
-        return out
+        return [self._info(name, d) for d in got]
+
+    async def settle_keys(self, name: str, op: str, keys: list) -> dict:
+        """Settle everything held under ``keys``: {"settled": n, "failed": n}."""
+        tokens = [list(t) for k in keys for t in self.keyed.get((name, k), ())]
+        errs = await self.settle(name, op, tokens)
+        failed = sum(e is not None for e in errs)
+        return {"settled": len(errs) - failed, "failed": failed}
 
     async def settle(self, name: str, op: str, tokens: list) -> list:
         """[None or the error] per token."""
@@ -418,6 +496,12 @@ class QueueHost:
     def _forget(self, name: str, token: list) -> None:
         self.held.pop((name, tuple(token)), None)
         self.holder.pop((name, tuple(token)), None)
+        key = self.key_of.pop((name, tuple(token)), None)
+        if key is not None:
+            entry = self.keyed.get((name, key), {})
+            entry.pop(tuple(token), None)
+            if not entry:
+                self.keyed.pop((name, key), None)
 
     def info(self, name: Optional[str] = None) -> dict:
         """One queue's figures, or the service's with ``leases`` (clients holding
@@ -449,8 +533,11 @@ class QueueMethods:
 
     async def queue_acquire(self, name: str, n: int = 1, timeout_s: Optional[float] = None,
                             many: bool = True, client: Optional[str] = None,
-                            lease_s: float = LEASE_S) -> list:
-        return await self.queue_host.acquire(name, n, timeout_s, many, client, lease_s)
+                            lease_s: float = LEASE_S, key: Optional[str] = None) -> list:
+        return await self.queue_host.acquire(name, n, timeout_s, many, client, lease_s, key)
+
+    async def queue_settle_keys(self, name: str, op: str, keys: list) -> dict:
+        return await self.queue_host.settle_keys(name, op, keys)
 
     def queue_renew(self, client: str, lease_s: float = LEASE_S) -> int:
         return self.queue_host.renew(client, lease_s)
