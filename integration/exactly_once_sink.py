@@ -90,7 +90,13 @@ def _clean(name: str) -> str:
 
 class ExactlyOnceSink:
     """The sink (see the module doc). Call it as ``foreachBatch``'s function, or
-    ``commit(df, batch_id)`` then ``accept(batch_id)`` to act between the two."""
+    ``commit(df, batch_id)`` then ``accept(batch_id)`` to act between the two.
+
+    ``results``: per batch (the last ``SinkConfig.history``), {"batch", "writer", "n" (the
+    batch's commits before), "rerun", "checked" (rows read back: the redelivered ones, or
+    all of a re-run), "dropped" (duplicates among them), "committed", "abandoned" (a
+    partition moved member: released, not committed), "started_at", and after the accept
+    "accepted", "not_accepted", "failed_members", "accepted_at"}."""
 
     def __init__(self, path: str, stream: Any = None, config: Optional[SinkConfig] = None):
         """``stream``: the ``QueueStream`` (or its DataFrame, or its name) whose batches
@@ -216,7 +222,8 @@ class ExactlyOnceSink:
         n = max(prior) + 1 if prior else 0
         attempt = f"{DATA}/{BATCH_COL}={writer}.{batch_id}.{uuid.uuid4().hex[:8]}"
         res = {"batch": batch_id, "writer": writer, "n": n, "rerun": bool(prior),
-               "checked": 0, "dropped": 0, "committed": False, "abandoned": False}
+               "checked": 0, "dropped": 0, "committed": False, "abandoned": False,
+               "started_at": time.time()}
         try:
             df.write.format(cfg.format).options(**cfg.options).partitionBy(cfg.flag_col) \
                 .save(fs.url(attempt))
@@ -268,7 +275,7 @@ class ExactlyOnceSink:
         for r in reversed(self.results):
             if r["batch"] == batch_id:
                 r.update(accepted=got["settled"], not_accepted=got["failed"],
-                         failed_members=got["failed_members"])
+                         failed_members=got["failed_members"], accepted_at=time.time())
                 break
         return got
 
