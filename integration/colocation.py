@@ -9,10 +9,15 @@ spark = raydp.init_spark("etl", num_executors=2, executor_cores=1, executor_memo
 ``colocate_with`` reserves a Ray placement group of one bundle per member node (or
 ``executors_per_node`` each), every bundle pinned to its node by Ray's node-id label
 (``bundle_label_selector``), with the resources a RayDP executor asks for (its cores and
-memory: they must match ``init_spark``'s, and ``num_executors`` the number of bundles).
-RayDP places executor i in bundle i. A streaming query's tasks then read from the member on
+memory: they must match ``init_spark``'s, and ``num_executors`` the number of bundles, so
+that RayDP puts one executor in each). A streaming query's tasks then read from the member on
 their own node (``queue_stream``), so the jobs travel from a member to an executor on the
-same host. ``task_nodes`` shows where each executor's tasks ran.
+same host. ``task_nodes`` shows where each executor's tasks run.
+
+The other direction, a task for member i's partition (``repartition_by_view``) scheduled on
+member i's node, is not done: Spark's locality is by executor host, PySpark cannot give a
+DataFrame's partitions preferred locations, and several raylets of one host (the tests'
+multi-node Ray) share one host name.
 """
 from __future__ import annotations
 
