@@ -95,7 +95,8 @@ class ExactlyOnceSink:
     ``results``: per batch (the last ``SinkConfig.history``), {"batch", "writer", "n" (the
     batch's commits before), "rerun", "checked" (rows read back: the redelivered ones, or
     all of a re-run), "dropped" (duplicates among them), "committed", "abandoned" (a
-    partition moved member: released, not committed), "started_at", and after the accept
+    partition moved member: released, not committed), "started_at", "committed_at", and
+    after the accept
     "accepted", "not_accepted", "failed_members", "accepted_at"}."""
 
     def __init__(self, path: str, stream: Any = None, config: Optional[SinkConfig] = None):
@@ -256,6 +257,7 @@ class ExactlyOnceSink:
                 stream.release(batch_id)
             raise
         self._pending[batch_id] = (writer, marker)
+        res["committed_at"] = time.time()
         self.results.append(res)
         return res
 

@@ -69,18 +69,24 @@ def _key(df: Any, column: str) -> Any:
                     f"{kind} ({column!r}): cast it first")
 
 
-def owner_column(df: Any, column: str, ids: list, values: list) -> Any:
-    """A Spark column: for each row, ``values[i]`` of the member ``ids[i]`` that owns the
-    row's ``column`` (rendezvous hashing with Spark's ``xxhash64``, computed in the JVM: the
-    greatest (weight, id) among the members, as ``rendezvous.owner``)."""
+def _best(df: Any, column: str, ids: list, **values: list) -> Any:
+    """The struct (weight, id, **values) of each row's owner among ``ids``: the greatest
+    (``xxhash64(id, key)``, id), as ``rendezvous.owner``, computed in the JVM."""
     from pyspark.sql import functions as F
     if not ids:
         raise ValueError("no members to own the keys")
     key = _key(df, column)
     scores = [F.struct(F.xxhash64(F.lit(i), key).alias("w"), F.lit(i).alias("m"),
-                       F.lit(v).alias("v")) for i, v in zip(ids, values)]
-    best = scores[0] if len(scores) == 1 else F.greatest(*scores)
-    return best.getField("v")
+                       *[F.lit(vs[k]).alias(name) for name, vs in values.items()])
+              for k, i in enumerate(ids)]
+    return scores[0] if len(scores) == 1 else F.greatest(*scores)
+
+
+def owner_column(df: Any, column: str, ids: list, values: list) -> Any:
+    """A Spark column: for each row, ``values[i]`` of the member ``ids[i]`` that owns the
+    row's ``column`` (rendezvous hashing with Spark's ``xxhash64``, computed in the JVM: the
+    greatest (weight, id) among the members, as ``rendezvous.owner``)."""
+    return _best(df, column, ids, v=values).getField("v")
 
 
 def by_view(df: Any, column: str, feed: Any, config: Optional[PartitionConfig] = None) -> Any:
@@ -108,11 +114,14 @@ def repartition_by_view(df: Any, column: str, feed: Any,
     cfg = config or PartitionConfig()
     snap, names = _view_of(feed)
     ids = _identities(snap, names, cfg)
-    routed = by_view(df, column, snap if snap is not None else names, cfg)
     n = len(ids)
-    pivots = partition_pivots(n)
-    target = owner_column(df, column, ids, pivots).cast("long")  # hashed as a long
-    out = routed.withColumn(_PART, target).repartition(n, _PART).drop(_PART)
+    best = _best(df, column, ids, name=names, part=partition_pivots(n))
+    out = (df.withColumn(_PART, best)       # one hash per member, for both columns
+           .withColumn(cfg.owner_col, F.col(_PART).getField("name"))
+           .repartition(n, F.col(_PART).getField("part").cast("long"))  # hashed as a long
+           .drop(_PART))
+    if cfg.view_col and snap is not None:
+        out = out.withColumn(cfg.view_col, F.lit(snap.label))
     return _planned(out, snap)
 
 

@@ -107,7 +107,7 @@ def main(argv=None) -> int:
         flag = os.path.join(work, "failed-task.json")
         sink = exactly_once_sink(os.path.join(work, "out"))
         cfg = QueueStreamConfig(partitions=args.nodes, max_messages=args.batch,
-                                acquire_timeout_s=1.0)
+                                acquire_timeout_s=0.5)
         events: dict = {"killed": None, "crashed": None}
 
         def run_batch(df, batch_id):
@@ -139,7 +139,7 @@ def main(argv=None) -> int:
         done = 0
         restarts = 0
         while time.monotonic() < deadline:
-            time.sleep(1.0)
+            time.sleep(0.5)
             if not query.isActive:
                 assert events["crashed"] is not None and restarts == 0, query.exception()
                 out["first_query_error"] = str(query.exception()).splitlines()[0][:200]
