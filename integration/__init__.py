@@ -1,13 +1,14 @@
 """Spark pipelines on RayDP that follow the group's views and consume its work queue.
 
 ```python
-from raygroups.integration import ViewFeed, by_view, read_queue
+from raygroups.integration import (ViewFeed, by_view, colocate_with, exactly_once_sink,
+                                   queue_stream, read_queue)
 feed = ViewFeed(spark, "orders")           # follows the group's views from the driver
 view = feed.current()                      # the agreed view (a ViewSnapshot)
 routed = by_view(df, "customer_id", feed)  # each row tagged with the member owning its key
 feed.on_change(lambda old, new: ...)       # re-plan when the view changes
 jobs = read_queue(spark, "orders", "jobs", max_messages=10_000)   # acquire -> DataFrame
-spark = raydp.init_spark("etl", 2, 1, "1G", **colocate_with(g))   # executors by the members
+spark = raydp.init_spark("etl", 2, 1, "1G", **colocate_with(g, 1, "1G"))  # by the members
 jobs = queue_stream(spark, "orders", "jobs")                      # a streaming DataFrame
 q = (process(jobs).writeStream.foreachBatch(exactly_once_sink("hdfs://nn/out"))
        .option("checkpointLocation", "hdfs://nn/ck").start())     # Spark's own query

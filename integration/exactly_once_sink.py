@@ -13,7 +13,8 @@ the ``redelivered`` flag (``partitionBy``), into an attempt directory of its own
 says which commit brought each row); the batch is
 in the output when its commit marker (``_commits/<writer>/<batch>.<n>``, one small file
 naming the attempt) exists, and not before: a batch that failed half way left only an attempt
-that no marker names. Then the stream accepts the batch's jobs, and an accept record
+that no marker names. Then the stream accepts the batch's jobs (by default in the background
+while Spark writes the next batch: ``SinkConfig.accept_async``), and an accept record
 (``_accepted/<writer>/<batch>.<n>``) says that all of them were accepted.
 
 Deduplication costs what was redelivered, not what the output holds. A job can be in the
@@ -37,9 +38,12 @@ from __future__ import annotations
 
 import collections
 import json
+import logging
 import re
+import threading
 import time
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -52,6 +56,7 @@ DATA = "_data"
 """Where the attempts are (hidden from Spark's readers of the sink's root)."""
 BATCH_COL = "sink_batch"
 """The partition column of the attempts: "<writer>.<batch>.<attempt>" of each row."""
+log = logging.getLogger("raygroups.integration")
 QUERY_ID = "sql.streaming.queryId"
 """The Spark local property that holds the running streaming query's id (in foreachBatch)."""
 
@@ -82,6 +87,11 @@ class SinkConfig:
     stopped; the lease must outlast the longest batch."""
     history: int = 1000
     """Batch results kept in ``results``."""
+    accept_async: bool = True
+    """As ``foreachBatch``'s function: accept a batch in the background while Spark writes
+    the next one (at most one accept pending; Spark moves on once the output is committed,
+    and a batch stays in doubt until its accept record exists). False: return after the
+    accept (a batch's jobs leave the queue before the next batch starts)."""
 
 
 def _clean(name: str) -> str:
@@ -110,6 +120,9 @@ class ExactlyOnceSink:
         self._lease = ("", 0.0)            # (writer, until) as last written
         self._pending: dict = {}           # batch -> (writer, marker rel path or None)
         self.results: collections.deque = collections.deque(maxlen=self.config.history)
+        self._accepter: Optional[ThreadPoolExecutor] = None
+        self._accepting: Optional[Future] = None
+        self._lock = threading.Lock()  # results: the accepting thread updates them
 
     # -- helpers --------------------------------------------------------------------------
     def stream(self) -> Optional[QueueStream]:
@@ -238,7 +251,7 @@ class ExactlyOnceSink:
                 fs.delete(attempt)
                 stream.release(batch_id)
                 res["abandoned"] = True
-                self.results.append(res)
+                self._record(res)
                 return res
             marker = None
             if parts:
@@ -258,8 +271,17 @@ class ExactlyOnceSink:
             raise
         self._pending[batch_id] = (writer, marker)
         res["committed_at"] = time.time()
-        self.results.append(res)
+        self._record(res)
         return res
+
+    def _record(self, res: dict) -> None:
+        with self._lock:
+            self.results.append(res)
+
+    def batch_results(self) -> list:
+        """A copy of ``results`` (the accepting thread updates them)."""
+        with self._lock:
+            return [dict(r) for r in self.results]
 
     def accept(self, batch_id: int) -> dict:
         """Accept micro-batch ``batch_id``'s jobs (after ``commit``), and record that all
@@ -274,17 +296,35 @@ class ExactlyOnceSink:
             rel = marker.replace("_commits/", "_accepted/", 1)
             fs.create(rel, json.dumps({"settled": got["settled"], "at": time.time()}).encode(),
                       overwrite=True)
-        for r in reversed(self.results):
-            if r["batch"] == batch_id:
-                r.update(accepted=got["settled"], not_accepted=got["failed"],
-                         failed_members=got["failed_members"], accepted_at=time.time())
-                break
+        with self._lock:
+            for r in reversed(self.results):
+                if r["batch"] == batch_id:
+                    r.update(accepted=got["settled"], not_accepted=got["failed"],
+                             failed_members=got["failed_members"], accepted_at=time.time())
+                    break
         return got
 
     def __call__(self, df: Any, batch_id: int) -> None:
         res = self.commit(df, batch_id)
-        if not res["abandoned"]:
+        self.flush()
+        if res["abandoned"]:
+            return
+        if not self.config.accept_async:
             self.accept(batch_id)
+            return
+        if self._accepter is None:
+            self._accepter = ThreadPoolExecutor(1, thread_name_prefix="raygroups-accept")
+        self._accepting = self._accepter.submit(self.accept, batch_id)
+
+    def flush(self) -> None:
+        """Wait for the accept of the last batch (when ``accept_async``); its error, if it
+        failed (the batch stays in doubt, and its jobs come again), is logged."""
+        pending, self._accepting = self._accepting, None
+        if pending is not None:
+            try:
+                pending.result()
+            except Exception as e:  # noqa: BLE001 - the batch stays in doubt: safe
+                log.warning("sink %s: an accept failed: %s", self.path, e)
 
     # -- reading --------------------------------------------------------------------------
     def committed(self, spark: Any) -> list:

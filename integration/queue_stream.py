@@ -35,6 +35,7 @@ import logging
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
@@ -235,34 +236,38 @@ class QueueStream:
         import ray
         return ray.get(self.ledger.batch.remote(batch))[1]
 
+    def _settle_at(self, member: str, op: str, mine: list, orphans: list) -> dict:
+        """Settle a batch's keys bound at ``member`` (and release the orphans a moved key
+        left there): {"settled", "failed", "gone"}."""
+        got = {"settled": 0, "failed": 0, "gone": False}
+        try:
+            if mine:
+                got.update(self.handle.on(member).settle_keys(op, mine))
+            if orphans:
+                self.handle.on(member).settle_keys("release", orphans)
+        except Exception as e:  # noqa: BLE001 - the member is gone: its jobs requeue
+            got["gone"] = bool(mine)
+            log.warning("stream %s: %s at %s failed: %s", self.name, op, member, e)
+        return got
+
     def _settle(self, batch: int, op: str) -> dict:
         import ray
         bound, rebound = ray.get(self.ledger.batch.remote(batch))
         every = batch_keys(self.name, batch, self.config.partitions)
-        out = {"settled": 0, "failed": 0, "failed_members": []}
         by_member: dict = {}
         for key, member in bound.items():
             by_member.setdefault(member, []).append(key)
         members = sorted(set(by_member) | (set(self.group.member_names()) if rebound else set()))
-        for m in members:
-            mine = by_member.get(m, [])
-            try:
-                if mine:
-                    got = self.handle.on(m).settle_keys(op, mine)
-                    out["settled"] += got["settled"]
-                    out["failed"] += got["failed"]
-                    if got["failed"]:
-                        out["failed_members"].append(m)
-                orphans = [k for k in every if k not in mine]
-                if rebound and orphans:  # what a moved key left at its first member
-                    self.handle.on(m).settle_keys("release", orphans)
-            except Exception as e:  # noqa: BLE001 - the member is gone: its jobs requeue
-                if mine:
-                    out["failed_members"].append(m)
-                log.warning("stream %s batch %d: %s at %s failed: %s", self.name, batch, op,
-                            m, e)
+        calls = [(m, op, by_member.get(m, []),
+                  [k for k in every if k not in by_member.get(m, [])] if rebound else [])
+                 for m in members]
+        with ThreadPoolExecutor(max(1, len(calls))) as pool:  # the members at once
+            done = list(pool.map(lambda c: self._settle_at(*c), calls))
         ray.get(self.ledger.forget.remote(batch))
-        return out
+        return {"settled": sum(d["settled"] for d in done),
+                "failed": sum(d["failed"] for d in done),
+                "failed_members": [m for (m, *_), d in zip(calls, done)
+                                   if d["failed"] or d["gone"]]}
 
     def accept(self, batch: int) -> dict:
         """Accept everything micro-batch ``batch`` read (after its output is committed):

@@ -59,9 +59,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=10_000)
     ap.add_argument("--nodes", type=int, default=2)
-    ap.add_argument("--batch", type=int, default=1000, help="jobs per partition per batch")
+    ap.add_argument("--batch", type=int, default=1500, help="jobs per partition per batch")
     ap.add_argument("--kill-at", type=int, default=1)
-    ap.add_argument("--crash-at", type=int, default=3)
+    ap.add_argument("--crash-at", type=int, default=2)
     ap.add_argument("--json", required=True)
     args = ap.parse_args(argv)
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -166,7 +166,7 @@ def main(argv=None) -> int:
             members_read=sorted({r.member for r in rows}),
             failed_task_ids=len(failed_ids),
             failed_task_ids_in_output=sum(1 for i in failed_ids if i in set(ids)),
-            restarts=restarts, events=events, results=list(sink.results),
+            restarts=restarts, events=events, results=sink.batch_results(),
             in_doubt=sink.in_doubt(spark))
         print(json.dumps({k: v for k, v in out.items() if k != "results"}, indent=1))
     finally:
