@@ -15,9 +15,10 @@ one core) and a 3-member group:
   accepted, after the first micro-batch and from the query's start) against the ceiling, the
   same number of rows of the same size written from an in-memory (cached) DataFrame by the
   same sink in batches of the same size (best of ``--repeat`` each, alternating, after a
-  warm-up of both); beside them the driver-side ``read_queue`` path (``QueueSource`` +
-  ``DedupSink``). Target: stream >= 0.5x the ceiling after the first micro-batch (a query
-  runs long; its start is printed beside).
+  warm-up of both); beside them the same rows made by Python tasks without the queue
+  (``mapInArrow``, 2 per batch: Spark's Python path alone) through the same sink, and the
+  driver-side ``read_queue`` path (``QueueSource`` + ``DedupSink``). Target: stream >= 0.5x
+  the ceiling after the first micro-batch (a query runs long; its start is printed beside).
 * crash: the 100 B pipeline (half of ``--jobs``, in micro-batches of an eighth of them) with
   one of the members it reads from killed once 40% of the jobs are accepted: jobs/s before,
   during the dip (from the kill until the first batch after it that was committed and
@@ -173,6 +174,44 @@ def _ceiling(spark, n: int, size: int, batch: int, work: str) -> dict:
     return {"s": elapsed, "jobs_per_s": n / elapsed, "steady_jobs_per_s": _steady(ends)}
 
 
+def _python_rows(per_task: int, size: int):
+    """A mapInArrow step that makes ``per_task`` rows of ``size`` bytes per input row, in
+    the stream's schema (no queue: Spark's Python path alone)."""
+    def gen(batches):
+        import pyarrow as pa
+        for rb in batches:
+            for t in rb.column("id").to_pylist():
+                n = per_task
+                ids = [f"p{t}:{i}" for i in range(n)]
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array(ids), pa.array(["p"] * n), pa.array(range(n), pa.int64()),
+                     pa.array([b"x" * size] * n, pa.binary()), pa.array([False] * n),
+                     pa.array(["m"] * n), pa.array(["n"] * n), pa.array(["n"] * n),
+                     pa.array([size] * n, pa.int64())],
+                    names=["id", "publisher", "seq", "body", "redelivered", "member",
+                           "member_node", "task_node", "size"])
+    return gen
+
+
+def _python_source(spark, n: int, size: int, per_partition: int, work: str) -> dict:
+    """The same rows made by Python tasks (2 per batch, as the stream's) through the same
+    sink: what Spark's Python path costs without the queue."""
+    from raygroups.integration import exactly_once_sink
+    schema = ("id string, publisher string, seq long, body binary, redelivered boolean, "
+              "member string, member_node string, task_node string, size long")
+    sink = exactly_once_sink(os.path.join(work, "python"), stream=False)
+    t0 = time.perf_counter()
+    ends = []
+    for b, lo in enumerate(range(0, n, 2 * per_partition)):
+        rows = min(2 * per_partition, n - lo)
+        df = spark.range(b * 2, b * 2 + 2, 1, 2).mapInArrow(
+            _python_rows(rows // 2, size), schema)
+        sink.commit(df, b)
+        ends.append((time.perf_counter(), rows))
+    elapsed = time.perf_counter() - t0
+    return {"s": elapsed, "jobs_per_s": n / elapsed, "steady_jobs_per_s": _steady(ends)}
+
+
 def _read_queue_path(spark, g, queue: str, n: int, batch: int, work: str) -> dict:
     from raygroups.integration import DedupSink, QueueSource, QueueSourceConfig
     source = QueueSource(spark, g, queue, DedupSink(spark, os.path.join(work, "dedup")),
@@ -199,10 +238,11 @@ def bench_pipeline(spark, g, jobs: int, sizes: list, repeat: int, per_partition:
         _drain(spark, g, "bench-warmup", 1000, warm, 500)
         for size in sizes:
             _ceiling(spark, batch, size, batch, warm)
+            _python_source(spark, batch, size, per_partition, warm)
     finally:
         shutil.rmtree(warm, ignore_errors=True)
     for size in sizes:
-        stream = ceiling = None
+        stream = ceiling = python = None
         for r in range(repeat):  # alternate, best of each: the machine is shared
             work = tempfile.mkdtemp(prefix="rg-bench-pipe-")
             try:
@@ -214,6 +254,9 @@ def bench_pipeline(spark, g, jobs: int, sizes: list, repeat: int, per_partition:
                 got = _ceiling(spark, jobs, size, batch, work)
                 if ceiling is None or got["jobs_per_s"] > ceiling["jobs_per_s"]:
                     ceiling = got
+                got = _python_source(spark, jobs, size, per_partition, work)
+                if python is None or got["jobs_per_s"] > python["jobs_per_s"]:
+                    python = got
             finally:
                 shutil.rmtree(work, ignore_errors=True)
         work = tempfile.mkdtemp(prefix="rg-bench-pipe-")
@@ -225,12 +268,16 @@ def bench_pipeline(spark, g, jobs: int, sizes: list, repeat: int, per_partition:
         ratio = stream["steady_jobs_per_s"] / ceiling["steady_jobs_per_s"]
         whole = stream["jobs_per_s"] / ceiling["jobs_per_s"]
         out[size] = {"stream": {k: v for k, v in stream.items() if k != "results"},
-                     "ceiling": ceiling, "read_queue": old, "ratio": ratio,
+                     "ceiling": ceiling, "python_source": python, "read_queue": old,
+                     "ratio": ratio, "ratio_to_python_source":
+                     stream["steady_jobs_per_s"] / python["steady_jobs_per_s"],
                      "ratio_with_start": whole, "target": PIPELINE_TARGET,
                      "exactly_once": stream["rows"] == jobs}
         print(f"  {size:>5} B jobs, after the first micro-batch: stream "
               f"{stream['steady_jobs_per_s']:>9,.0f} jobs/s | in-memory ceiling "
-              f"{ceiling['steady_jobs_per_s']:>9,.0f} jobs/s")
+              f"{ceiling['steady_jobs_per_s']:>9,.0f} jobs/s | the rows made in Python tasks, "
+              f"no queue {python['steady_jobs_per_s']:>9,.0f} jobs/s "
+              f"(stream / that: {out[size]['ratio_to_python_source']:.2f}x)")
         print(f"          with the query's start and first batch: stream "
               f"{stream['jobs_per_s']:>9,.0f} jobs/s | ceiling {ceiling['jobs_per_s']:>9,.0f} "
               f"jobs/s | read_queue path {old['jobs_per_s']:>9,.0f} jobs/s "
