@@ -17,6 +17,13 @@ columns (the ids of a publish as one publisher and its sequence numbers; an acqu
 bodies and one small tuple per delivery), and a member settles a batch with one call into
 its replica (``QueueHost.settle``).
 
+Batches keyed for replay (a Spark micro-batch's partition, ``integration/queue_stream.py``):
+``acquire_keyed(key, n, client=...)`` acquires under ``key``; asked again with the same key
+while the member still holds what it gave, it returns the same deliveries (a task re-run
+reads the same messages) instead of new ones; ``settle_keys(op, keys)`` settles everything
+held under the keys. The ``client`` whose lease covers them is the caller's, renewed with
+``renew(client)`` (a replay moves them to the asking client).
+
 Member side: ``QueueHost`` belongs to a ``MemberActor``; ``attach(channel)`` puts the work
 queue service (stack/runtime/workqueue.py) on each new channel before it connects, and the
 ``QueueMethods`` mixin gives the actor its ``queue_*`` methods. A Delivery is held by the
@@ -231,13 +238,37 @@ class WorkQueueHandle:
                                       timeout=(timeout_s or 0) + CALL_TIMEOUT_S)
         return self._leased(got)
 
-    def _leased(self, got: dict) -> list:
-        """Deliveries from a member's answer (``QueueHost.acquire``'s columns), leased to
-        this process."""
+    def acquire_keyed(self, key: str, n: int, timeout_s: Optional[float] = None,
+                      client: str = CLIENT) -> list:
+        """Up to ``n`` messages under ``key`` (see the module doc): the deliveries the member
+        still holds under ``key``, or new ones. ``client``: whose lease covers them; another
+        client than this process's renews its lease itself (``renew``)."""
+        got = self.group._call("queue_acquire", self.name, n, timeout_s, True, client,
+                               self.lease_s, key, member=self.member,
+                               timeout=(timeout_s or 0) + CALL_TIMEOUT_S)
+        return self._leased(got) if client == CLIENT else self._deliveries(got)
+
+    def settle_keys(self, op: str, keys: list) -> dict:
+        """accept/release/reject everything held under ``keys`` at this handle's member:
+        {"settled": n, "failed": n}."""
+        return self.group._call("queue_settle_keys", self.name, op, list(keys),
+                                member=self.member)
+
+    def renew(self, client: str = CLIENT) -> int:
+        """Renew ``client``'s lease (``lease_s``) at this handle's member; how many
+        deliveries it holds there."""
+        return self.group._call("queue_renew", client, self.lease_s, member=self.member)
+
+    def _deliveries(self, got: dict) -> list:
+        """Deliveries from a member's answer (``QueueHost.acquire``'s columns)."""
         queue, member, pubs = got["queue"], got["member"], got["publishers"]
-        out = [Delivery(self, queue, member, body, (pubs[p], seq), (epoch, k), bool(again))
-               for body, (p, seq, epoch, k, again) in zip(got["bodies"], got["meta"])]
-        _RENEWER.add(self.group, member, len(out), self.lease_s)
+        return [Delivery(self, queue, member, body, (pubs[p], seq), (epoch, k), bool(again))
+                for body, (p, seq, epoch, k, again) in zip(got["bodies"], got["meta"])]
+
+    def _leased(self, got: dict) -> list:
+        """The deliveries of a member's answer, leased to this process."""
+        out = self._deliveries(got)
+        _RENEWER.add(self.group, got["member"], len(out), self.lease_s)
         return out
 
     # -- settling -------------------------------------------------------------------------
@@ -303,6 +334,9 @@ class QueueHost:
         self.service = None
         self.held: dict = {}    # (queue, token) -> runtime Delivery handed to a client
         self.holder: dict = {}  # (queue, token) -> the client (process id) that holds it
+        self.keyed: dict = {}   # (queue, key) -> {token: None} held under that key
+        self.key_of: dict = {}  # (queue, token) -> the key it was acquired under
+        self.keying: dict = {}  # (queue, key) -> asyncio.Lock while a call acquires for it
         self.leases: dict = {}  # client -> (monotonic deadline, lease_s)
         self.lease_released = 0
         self._sweeper: Optional[asyncio.Task] = None
@@ -313,7 +347,7 @@ class QueueHost:
         if self.service is not None:
             old = self.service
             asyncio.get_running_loop().create_task(old.close())
-        self.held, self.holder = {}, {}
+        self.held, self.holder, self.keyed, self.key_of = {}, {}, {}, {}
         self.service = WorkQueues(channel, self.config)
 
     def _svc(self):
@@ -368,11 +402,63 @@ class QueueHost:
                             "renewing its lease", self.member_name, released, name)
         self._sweeper = None
 
+    def _hold(self, client: Optional[str], lease_s: float) -> None:
+        if client is not None:
+            self.renew(client, lease_s)
+            if self._sweeper is None:
+                self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+
+    def _columns(self, name: str, ds: list) -> dict:
+        """The answer to an acquisition: the runtime deliveries ``ds`` in columns (bodies,
+        and per delivery its publisher's index, sequence number, token and redelivered)."""
+        pubs: dict = {}
+        bodies, meta = [], []
+        for d in ds:
+            a = d.acquired
+            pub = a.mid[0]
+            p = pubs.get(pub)
+            if p is None:
+                p = pubs[pub] = len(pubs)
+            bodies.append(a.body)
+            meta.append((p, a.mid[1], a.token[0], a.token[1], a.redelivered))
+        return {"queue": name, "member": self.member_name, "bodies": bodies, "meta": meta,
+                "publishers": [pub.hex() for pub in pubs]}
+
+    def _replay(self, name: str, key: str, client: Optional[str],
+                lease_s: float) -> Optional[dict]:
+        """What ``key`` still holds, now held by ``client``; None when the key holds
+        nothing."""
+        tokens = list(self.keyed.get((name, key), ()))
+        if not tokens:
+            return None
+        self._hold(client, lease_s)
+        if client is not None:
+            for t in tokens:
+                self.holder[(name, t)] = client
+        return self._columns(name, [self.held[(name, t)] for t in tokens])
+
     async def acquire(self, name: str, n: int = 1, timeout_s: Optional[float] = None,
                       many: bool = True, client: Optional[str] = None,
-                      lease_s: float = LEASE_S) -> list:
+                      lease_s: float = LEASE_S, key: Optional[str] = None) -> dict:
         """``client`` (a process id) holds what is acquired under a lease of ``lease_s``
-        (renewed by ``renew``); None: held until settled or this member goes."""
+        (renewed by ``renew``); None: held until settled or this member goes. ``key``: a
+        replayable acquisition (the deliveries this member still holds under ``key``, if
+        any, else new ones recorded under it)."""
+        if key is None:
+            return await self._acquire(name, n, timeout_s, many, client, lease_s, None)
+        lock = self.keying.setdefault((name, key), asyncio.Lock())
+        try:
+            async with lock:  # a second call for the key (a speculative task) replays
+                again = self._replay(name, key, client, lease_s)
+                if again is not None:
+                    return again
+                return await self._acquire(name, n, timeout_s, many, client, lease_s, key)
+        finally:
+            if not lock.locked() and self.keying.get((name, key)) is lock:
+                del self.keying[(name, key)]
+
+    async def _acquire(self, name: str, n: int, timeout_s: Optional[float], many: bool,
+                       client: Optional[str], lease_s: float, key: Optional[str]) -> dict:
         from raygroups.stack.runtime.workqueue import WorkQueue
         q = WorkQueue(self._svc(), name, None)
         if many:
@@ -382,27 +468,25 @@ class QueueHost:
                 got = [await q.acquire(timeout_s)]
             except AcquireTimeout:
                 got = []
-        if got and client is not None:
-            self.renew(client, lease_s)
-            if self._sweeper is None:
-                self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
-        pubs: dict = {}
-        bodies, meta = [], []
+        if got:
+            self._hold(client, lease_s)
         held, holder = self.held, self.holder
         for d in got:
-            a = d.acquired
-            token = a.token
+            token = d.acquired.token
             held[(name, token)] = d
             if client is not None:
                 holder[(name, token)] = client
-            pub = a.mid[0]
-            p = pubs.get(pub)
-            if p is None:
-                p = pubs[pub] = len(pubs)
-            bodies.append(a.body)
-            meta.append((p, a.mid[1], token[0], token[1], a.redelivered))
-        return {"queue": name, "member": self.member_name, "bodies": bodies, "meta": meta,
-                "publishers": [pub.hex() for pub in pubs]}
+        if got and key is not None:
+            self.keyed[(name, key)] = dict.fromkeys(d.acquired.token for d in got)
+            self.key_of.update(((name, d.acquired.token), key) for d in got)
+        return self._columns(name, got)
+
+    async def settle_keys(self, name: str, op: str, keys: list) -> dict:
+        """Settle everything held under ``keys``: {"settled": n, "failed": n}."""
+        tokens = [t for k in keys for t in self.keyed.get((name, k), ())]
+        errs = await self.settle(name, op, tokens)
+        failed = sum(e is not None for e in errs)
+        return {"settled": len(errs) - failed, "failed": failed}
 
     async def settle(self, name: str, op: str, tokens: list) -> list:
         """[None or the error] per token. The deliveries held here are settled in one
@@ -451,6 +535,12 @@ class QueueHost:
     def _forget(self, name: str, token: tuple) -> None:
         self.held.pop((name, token), None)
         self.holder.pop((name, token), None)
+        key = self.key_of.pop((name, token), None)
+        if key is not None:
+            entry = self.keyed.get((name, key), {})
+            entry.pop(token, None)
+            if not entry:
+                self.keyed.pop((name, key), None)
 
     def info(self, name: Optional[str] = None) -> dict:
         """One queue's figures, or the service's with ``leases`` (clients holding
@@ -482,8 +572,11 @@ class QueueMethods:
 
     async def queue_acquire(self, name: str, n: int = 1, timeout_s: Optional[float] = None,
                             many: bool = True, client: Optional[str] = None,
-                            lease_s: float = LEASE_S) -> list:
-        return await self.queue_host.acquire(name, n, timeout_s, many, client, lease_s)
+                            lease_s: float = LEASE_S, key: Optional[str] = None) -> dict:
+        return await self.queue_host.acquire(name, n, timeout_s, many, client, lease_s, key)
+
+    async def queue_settle_keys(self, name: str, op: str, keys: list) -> dict:
+        return await self.queue_host.settle_keys(name, op, keys)
 
     def queue_renew(self, client: str, lease_s: float = LEASE_S) -> int:
         return self.queue_host.renew(client, lease_s)

@@ -19,6 +19,11 @@ by the tests rather than by a member in production:
   ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` is set before ray is imported; a process that
   imported ray earlier also needs Ray's constant (``ray._private.ray_constants``) set.
   Only for local clusters on loopback: nodes with their own addresses need none of it.
+- ``process_node_id``: the Ray node a process runs on when Ray did not start it as a worker
+  (a Spark executor's Python worker, forked by RayDP's executor actor): the raylet that
+  started its ancestor is in the environment (``RAY_RAYLET_PID``) and its node id on that
+  raylet's command line (``--node_id``). Ray's public ``get_node_id()`` there names the node
+  the process connected to as a driver, which on several raylets of one host is the first.
 """
 from __future__ import annotations
 
@@ -106,6 +111,23 @@ def objects_held() -> set:
     from ray._private.worker import global_worker
     return {k.decode() if isinstance(k, bytes) else str(k)
             for k in global_worker.core_worker.get_all_reference_counts()}
+
+
+def process_node_id() -> Optional[str]:
+    """The node id of the raylet that started this process or an ancestor (see the module
+    doc); None when there is none or it cannot be read (not Linux)."""
+    pid = os.environ.get("RAY_RAYLET_PID")
+    if not pid:
+        return None
+    try:
+        with open(f"/proc/{int(pid)}/cmdline", "rb") as f:
+            args = f.read().split(b"\0")
+    except (OSError, ValueError):
+        return None
+    for a in args:
+        if a.startswith(b"--node_id="):
+            return a.split(b"=", 1)[1].decode()
+    return None
 
 
 def loopback_address(address: Optional[str]) -> bool:

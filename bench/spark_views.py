@@ -75,23 +75,17 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args(argv)
     changes = 6 if args.quick else args.changes
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-
     import ray
-    import raydp
 
     from raygroups.actors import Group
     from raygroups.integration import ViewFeed
+    from raygroups.integration.spark_session import start_spark, stop_spark
 
     ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False,
              num_cpus=4, object_store_memory=200 * 1024 * 1024, log_to_driver=False,
              configure_logging=False, logging_level="WARNING")
     g = Group.launch(f"bench-spark-{os.getpid()}", members=3, metrics_interval_s=0)
-    spark = raydp.init_spark("bench-spark-views", num_executors=2, executor_cores=1,
-                             executor_memory="1G", configs={"spark.ui.enabled": "false",
-                                      "spark.ui.showConsoleProgress": "false"})
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = start_spark("bench-spark-views")
     feed = ViewFeed(spark, g)
     try:
         first = feed.wait_stable(1.0, 60)
@@ -174,7 +168,7 @@ def main(argv=None) -> int:
     finally:
         feed.close()
         g.shutdown()
-        raydp.stop_spark()
+        stop_spark()
         ray.shutdown()
     return 0
 

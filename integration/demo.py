@@ -13,27 +13,20 @@ shuts down.
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
 
 from raygroups.actors import demo as members_demo
 
 from .pipeline import PipelineConfig, run_pipeline
+from .spark_session import start_spark, stop_spark
 
 
 def spark_part(jobs: int, records: int):
     def run(g) -> None:
-        os.environ["PYSPARK_PYTHON"] = sys.executable
-        os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-        import raydp
         print("\nSpark on RayDP (2 executors of 1 core on this Ray cluster) ...")
         t0 = time.monotonic()
-        spark = raydp.init_spark("raygroups-demo", num_executors=2, executor_cores=1,
-                                 executor_memory="1G",
-                                 configs={"spark.ui.enabled": "false",
-                                          "spark.ui.showConsoleProgress": "false"})
-        spark.sparkContext.setLogLevel("ERROR")
+        spark = start_spark("raygroups-demo")
         print(f"  Spark started in {time.monotonic() - t0:.1f}s")
         try:
             s = run_pipeline(spark, g, PipelineConfig(jobs=jobs, records=records),
@@ -41,7 +34,7 @@ def spark_part(jobs: int, records: int):
             if s["output"] != s["jobs"] or s["unique"] != s["jobs"] or s["missing"]:
                 raise SystemExit("the pipeline did not process every job exactly once")
         finally:
-            raydp.stop_spark()
+            stop_spark()
     return run
 
 

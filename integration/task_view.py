@@ -27,13 +27,19 @@ _groups: dict = {}
 
 def connect(snap: ViewSnapshot) -> None:
     """Connect this process to the snapshot's Ray cluster (no-op when connected)."""
+    connect_to(snap.gcs_address, snap.namespace)
+
+
+def connect_to(gcs_address: Optional[str], namespace: str) -> None:
+    """Connect this process (a Spark Python worker, say) to the Ray cluster at
+    ``gcs_address`` (None: "auto") in ``namespace``; a no-op when it is connected."""
     from raygroups.actors.ray_compat import keep_on_loopback, loopback_address
-    if snap.gcs_address and loopback_address(snap.gcs_address):
+    if gcs_address and loopback_address(gcs_address):
         keep_on_loopback()  # a local Ray on loopback: keep this process on loopback too
     import ray
     if ray.is_initialized():
         return
-    ray.init(address=snap.gcs_address or "auto", namespace=snap.namespace,
+    ray.init(address=gcs_address or "auto", namespace=namespace,
              log_to_driver=False, configure_logging=False, logging_level="WARNING")
 
 

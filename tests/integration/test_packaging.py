@@ -1,11 +1,11 @@
 """The package as a user installs it: a wheel built from this checkout, installed (not
 editable) into fresh virtual environments. Without extras the core pulls no Spark; the
 member actors, ``Group.launch`` and the CLI work from it on a Ray of its own; importing the
-Spark integration says which extra it needs. With ``[spark]`` the Spark tests
-(tests/integration/test_spark_views.py) pass against the installed wheel: the whole suite
-runs them there, once, rather than from the editable checkout (tests/conftest.py). Packaging
-mistakes (a module left out of the wheel, an undeclared import, an extra that misses a
-dependency) fail here, not at a user's."""
+Spark integration says which extra it needs. With ``[spark]`` the Spark tests of the shared
+RayDP session (tests/integration/test_spark_views.py and test_spark_stream.py) pass against
+the installed wheel: the whole suite runs them there, once, rather than from the editable
+checkout (tests/conftest.py). Packaging mistakes (a module left out of the wheel, an
+undeclared import, an extra that misses a dependency) fail here, not at a user's."""
 import glob
 import os
 import shutil
@@ -99,7 +99,8 @@ def test_a_fresh_venv_without_extras_runs_a_group_on_ray(wheel, tmp_path):
     assert version.stdout.strip() == f"raygroups {raygroups.__version__}", version
 
 
-SPARK_TESTS = "tests/integration/test_spark_views.py"
+SPARK_TESTS = ["tests/integration/test_spark_views.py",
+               "tests/integration/test_spark_stream.py"]
 
 
 def test_a_fresh_venv_with_the_spark_extra_passes_the_spark_tests(wheel, tmp_path):
@@ -116,14 +117,14 @@ def test_a_fresh_venv_with_the_spark_extra_passes_the_spark_tests(wheel, tmp_pat
                            cwd=suite, env=env, capture_output=True, text=True, timeout=120)
     assert where.stdout.strip().startswith(str(venv)), where
     xml = tmp_path / "spark.xml"
-    run = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", SPARK_TESTS,
+    run = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *SPARK_TESTS,
                           f"--junitxml={xml}"], cwd=suite, env=env, capture_output=True,
                          text=True, timeout=1200)
     assert run.returncode == 0, (run.stdout[-4000:], run.stderr[-2000:])
     suites = ET.parse(xml).getroot()
     suites = suites if suites.tag == "testsuite" else suites.find("testsuite")
     ran = int(suites.get("tests")) - int(suites.get("skipped"))
-    collected = sum(1 for line in open(os.path.join(REPO, SPARK_TESTS))
+    collected = sum(1 for path in SPARK_TESTS for line in open(os.path.join(REPO, path))
                     if line.startswith("def test_"))
     assert ran == collected and int(suites.get("failures")) == int(suites.get("errors")) == 0, \
         (ran, collected, run.stdout[-2000:])

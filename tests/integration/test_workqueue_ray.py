@@ -200,3 +200,26 @@ def test_acquire_then_kill_member_then_dequeue_elsewhere(group):
     again = q.on(other).acquire(timeout_s=WAIT_S)
     assert again.id == d.id and again.body == b"precious" and again.redelivered
     again.accept()
+
+
+def test_keyed_acquisitions_replay_and_settle_by_key(group):
+    """A Spark partition's acquisition: asked again under its key, the member gives the same
+    deliveries (to whichever client asks now), not new ones; settle_keys settles exactly
+    what the key holds; a key whose deliveries were all settled acquires afresh."""
+    name = group.member_names()[0]
+    q = group.queue("keyed", member=name, lease_s=5.0)
+    q.publish_many([f"k{i}".encode() for i in range(30)])
+    first = q.acquire_keyed("s/0/0", 10, timeout_s=5, client="stream-a")
+    again = q.acquire_keyed("s/0/0", 10, timeout_s=5, client="stream-b")
+    assert len(first) == 10 and [d.id for d in again] == [d.id for d in first]
+    other = q.acquire_keyed("s/0/1", 10, timeout_s=5, client="stream-b")
+    assert len(other) == 10 and not {d.id for d in other} & {d.id for d in first}
+    assert q.renew("stream-b") == 20  # the replay moved the first key's 10 to stream-b
+    assert q.settle_keys("accept", ["s/0/0"]) == {"settled": 10, "failed": 0}
+    assert q.settle_keys("release", ["s/0/1"]) == {"settled": 10, "failed": 0}
+    assert q.settle_keys("accept", ["s/0/0", "nothing"]) == {"settled": 0, "failed": 0}
+    fresh = q.acquire_keyed("s/0/0", 30, timeout_s=5, client="stream-b")
+    bodies = {d.body for d in fresh}
+    assert {d.body for d in other} <= bodies and not {d.body for d in first} & bodies
+    assert all(d.redelivered for d in fresh if d.body in {x.body for x in other})
+    assert q.settle_keys("accept", ["s/0/0"])["settled"] == len(fresh) == 20
