@@ -8,7 +8,7 @@ import itertools
 from raygroups.stack import Channel, StackConfig
 from raygroups.stack.discovery.members_file import MembersFile, file_name
 
-from .test_store_discovery import wait_for
+from ..aio import until
 
 _ids = itertools.count()
 
@@ -28,24 +28,24 @@ def test_close_in_gossip_mode_announces_the_leave(tmp_path):
     async def main():
         chans = [Channel(cluster, "n0", cfg)]
         await chans[0].connect(timeout=20)
-        await wait_for(lambda: files(), 20, "the founder's file")
+        await until(lambda: files(), 20, "the founder's file")
         for i in range(1, 4):
             ch = Channel(cluster, f"n{i}", cfg)
             await ch.connect(timeout=20)
             chans.append(ch)
         uids = {c.address.uid for c in chans}
-        await wait_for(lambda: all(c.view is not None and {a.uid for a in c.view.members} == uids
+        await until(lambda: all(c.view is not None and {a.uid for a in c.view.members} == uids
                                    for c in chans), 20, "4 members in every list")
         leaver = min(chans, key=lambda c: c.address)
         own = file_name(leaver.address.uid)
-        await wait_for(lambda: own in files(), 20, "the coordinator's members file")
+        await until(lambda: own in files(), 20, "the coordinator's members file")
         rest = [c for c in chans if c is not leaver]
         try:
             await leaver.close()
             # well inside the 30 s failure detection would need
-            await wait_for(lambda: all(leaver.address not in c.view for c in rest), 10,
+            await until(lambda: all(leaver.address not in c.view for c in rest), 10,
                            "the others dropped the leaver")
-            await wait_for(lambda: own not in files(), 10, "the leaver's file deleted")
+            await until(lambda: own not in files(), 10, "the leaver's file deleted")
         finally:
             await asyncio.gather(*(c.close() for c in rest))
     asyncio.run(main())

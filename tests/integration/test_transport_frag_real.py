@@ -7,7 +7,8 @@ import asyncio
 from raygroups.stack import Channel, StackConfig
 
 from raygroups.stack.runtime.ports import free_port
-from .test_store_discovery import one_view, wait_for
+from ..aio import until
+from .test_store_discovery import one_view
 
 N = 12
 
@@ -22,7 +23,7 @@ def test_views_larger_than_a_datagram_on_real_sockets():
                 ch = Channel(f"frag-real-{mp}", f"m{i}", cfg)
                 await ch.connect(timeout=20)
                 chans.append(ch)
-            await wait_for(lambda: one_view(chans), 30, f"{N} members in one view")
+            await until(lambda: one_view(chans), 30, f"{N} members in one view")
             got = {c.name: [] for c in chans}
 
             async def collect(c):
@@ -38,7 +39,7 @@ def test_views_larger_than_a_datagram_on_real_sockets():
             assert all(sorted(v) == sorted(b"x%d" % k for k in range(20)) for v in got.values())
             leaver = chans.pop(5)
             await leaver.close()
-            await wait_for(lambda: one_view(chans), 30, "a view without the leaver")
+            await until(lambda: one_view(chans), 30, "a view without the leaver")
             st = [c.stack.layer("transport").stats for c in chans]
             assert sum(s["frag_messages"] for s in st) > 0
             assert sum(s["frag_reassembled"] for s in st) > 0
