@@ -5,8 +5,9 @@ multicast traffic running (tests/hosts/bed.py).
     python -m tests.hosts.campaign --hours 1 [--base N]        # make campaign-hosts HOURS=1
 
 One cluster per run; schedules one after the other, each from its seed (printed, replayable:
-``--seeds 1 --base SEED``): one to three faults (one with ``--long``; at most one host crash
-either way: two crashes of three members are a majority crash), each held a while,
+``--seeds 1 --base SEED``): one to three faults (one with ``--long``; a host crash only
+first, while the group is whole: two crashes of three members, or a crash of one of the two
+members a partition left primary, are a majority crash), each held a while,
 then lifted; then every host whose raylet Ray stopped is booted again (``repair``), and the
 run waits until the group agrees on one primary view with one member per alive node, its
 work queues active on every member. Faults: partitions (halves, one
@@ -61,13 +62,16 @@ def schedule(seed: int, hosts: list, long: bool = False) -> list:
     rng = random.Random(seed)
     out = []
     # long holds let Ray declare nodes dead: one fault per schedule, so that Ray stops at
-    # most one member before the group re-forms (two of three would be a majority crash)
-    # and at most one crash (a host killed) per schedule: with the next fault coming before
-    # the crashed member's fresh incarnation joined, two crashes of three members are a
-    # majority crash too (seed 5: a worker host killed, then the head's)
+    # most one member before the group re-forms (two of three would be a majority crash).
+    # A crash (a host killed) only as a schedule's first fault, when the group is whole:
+    # with the next fault coming before the crashed member's fresh incarnation joined, two
+    # crashes of three members are a majority crash (seed 5: a worker host killed, then the
+    # head's), and so is a crash right after a partition lifted, before the sides merged:
+    # the last primary view may then be the two members of one side, and losing either
+    # leaves no majority of it (seed 26112618: halves, then one of the two killed; MySQL
+    # Group Replication blocks there too)
     for _ in range(1 if long else rng.randint(1, 3)):
-        crashed = any(f["kind"] in CRASHES for f in out)
-        kind = rng.choice([k for k in KINDS if k not in CRASHES] if crashed else KINDS)
+        kind = rng.choice([k for k in KINDS if k not in CRASHES] if out else KINDS)
         hs = list(hosts)
         rng.shuffle(hs)
         hold = rng.uniform(10.0, 90.0) if long else rng.uniform(3.0, 8.0)
