@@ -63,9 +63,12 @@ def ray_session():
     if not ray.is_initialized():
         # 4 logical CPUs (on 2 cores): RayDP's two Spark executors hold one each for the
         # rest of the run (tests/spark_fixtures.py), member actors take none
+        # metrics reach Ray's Prometheus endpoint every second (10 s by default), for the
+        # test that reads them back
         ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False,
                  num_cpus=4, object_store_memory=200 * 1024 * 1024, log_to_driver=False,
-                 configure_logging=False, logging_level="WARNING")
+                 configure_logging=False, logging_level="WARNING",
+                 _system_config={"metrics_report_interval_ms": 1000})
         started = True
     ctx = ray.get_runtime_context()
     session = RaySession(address=ctx.gcs_address, node_id=ctx.get_node_id())
