@@ -8,8 +8,8 @@ sink), a whole host stopped (SIGSTOP), a bridge partition, a raylet stopped alon
 isolated. Every checker passes: no acknowledged publish lost, nothing accepted twice, rejects
 once on the alternate, every pipeline job exactly once in the sink's output, one member list
 per view id, one primary per primary id, no incarnation excluded twice in a fault's window,
-no message delivered twice, and after each heal one primary view with a member per alive
-node.
+no message delivered twice, and after each heal one primary view with a member on every
+host (hosts whose raylet Ray stopped booted again first).
 ``make campaign-hosts HOURS=1`` runs random schedules for longer."""
 import pytest
 
