@@ -43,6 +43,7 @@ from ray.exceptions import (ActorUnschedulableError, GetTimeoutError, RayActorEr
 
 from raygroups.stack import RaygroupsError, StackConfig
 from raygroups.stack.auth import as_ring, key_id
+from raygroups.stack.primary import PrimaryConfig
 from raygroups.stack.runtime.ports import free_port
 
 from .batch import DEFAULT_BATCH, MessageBatch, check_batch, payload_list
@@ -92,6 +93,14 @@ def _took(ref) -> bool:
         return True
     except Exception:
         return False
+
+
+def _sets_expected_size(config: Optional[StackConfig], options: Optional[dict]) -> bool:
+    """The caller chose the members the first primary needs (``primary__expected_size`` in
+    the options, or a config whose value is not the stack's default of 1)."""
+    if options and "primary__expected_size" in options:
+        return True
+    return config is not None and config.primary.expected_size != PrimaryConfig.expected_size
 
 
 def _say(progress: Optional[Callable[[str], None]], text: str) -> None:
@@ -246,6 +255,13 @@ class Group:
         if cluster_key is not None:  # before the caller's own options, which may override
             stack_options = {"cluster_key": cluster_key, "auth_mode": "aesgcm",
                              **(stack_options or {})}
+        if not _sets_expected_size(config, stack_options):
+            # the first primary component needs a majority of the group launched, as MySQL
+            # Group Replication bootstraps a group once: a member that starts while cut off
+            # from its group (a host booted again into a partition) founds a group of one,
+            # which must not be primary beside the real one (the campaign across hosts found
+            # two primaries with id 1 that way)
+            stack_options = {"primary__expected_size": len(every), **(stack_options or {})}
         ports, hosts = {}, []
         for s in every:
             inf = infos.get(s.name)

@@ -50,6 +50,17 @@ def test_launch_five_members_one_view(group):
     assert sorted(m.name for m in v.members) == sorted(group.member_names())
 
 
+
+def test_the_first_primary_needs_a_majority_of_the_members_launched(group):
+    """Group.launch bootstraps once, as MySQL Group Replication does: its founder's group of
+    one is not primary, the first primary view holds a majority of the five launched. So a
+    member that starts while cut off from its group (Ray restarting it, a host booted again
+    into a partition) founds a group of one that is not a second primary."""
+    hist = [v for n in group.member_names() for v in group.view_history(n)]
+    primaries = [v for v in hist if v["primary"]]
+    assert primaries and all(2 * len(v["members"]) > 5 for v in primaries), primaries
+    assert any(len(v["members"]) == 1 and not v["primary"] for v in hist), hist  # the founder
+
 def test_views_agree_with_every_members_stack(group):
     v = group.view()
     infos = group.probe()
