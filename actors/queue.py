@@ -496,8 +496,14 @@ class QueueHost:
         it no longer holds (NotAcquired), so nothing is settled twice, and a delivery the
         batch did settle answers NotAcquired, which here means done. (So does one that a
         concurrent settle of the same token took meanwhile, such as the release of a lease
-        that ran out: it is no longer held either way, and a released one is redelivered.)"""
-        from raygroups.stack.workqueue import NotAcquired, StaleEpoch
+        that ran out: it is no longer held either way, and a released one is redelivered.)
+        When the batch's outcome is unknown (QueueOutcomeUnknown: sent, and the member left
+        the primary component before a majority confirmed it; the primary side may have
+        applied it), a delivery whose retry fails answers that, not the retry's own error:
+        the retry's QueueNotPrimary says only that the retry took no effect, and the client
+        must not read it as "not accepted" (the campaign across hosts found a job accepted
+        by the batch on the primary side and reported to its client as not accepted)."""
+        from raygroups.stack.workqueue import NotAcquired, QueueOutcomeUnknown, StaleEpoch
         self._svc()  # QueueNotPrimary without a channel
         out: list = []
         todo: dict = {}  # token -> (index in out, runtime Delivery)
@@ -515,14 +521,16 @@ class QueueHost:
         first = next(iter(todo.values()))[1]
         try:
             await first.queue.settle_many(op, [d for _i, d in todo.values()])
-        except Exception:  # noqa: BLE001 - each delivery's own answer below
+        except Exception as batch_error:  # noqa: BLE001 - each delivery's own answer below
+            unknown = batch_error if isinstance(batch_error, QueueOutcomeUnknown) else None
+
             async def one(t: tuple, i: int, d: Any) -> None:
                 try:
                     await d.queue.settle(op, d)
                 except NotAcquired:
                     pass  # the batch settled it
                 except Exception as e:  # noqa: BLE001 - handed to the client
-                    out[i] = e
+                    out[i] = unknown or e
                     if not isinstance(e, StaleEpoch):
                         return  # still ours: it may be settled again
                 self._forget(name, t)

@@ -11,7 +11,8 @@ import pytest
 from raygroups.actors.batch import MAX_BATCH, MessageBatch, check_batch, take
 from raygroups.actors.queue import QueueHost
 from raygroups.stack import Address, Message
-from raygroups.stack.workqueue import NotAcquired, QueueOutcomeUnknown, StaleEpoch
+from raygroups.stack.workqueue import (NotAcquired, QueueNotPrimary, QueueOutcomeUnknown,
+                                       StaleEpoch)
 
 SEED = 1907
 A, B = Address(b"a" * 16, "m-a"), Address(b"b" * 16, "m-b")
@@ -146,6 +147,32 @@ def test_a_failed_batch_answers_each_delivery_for_itself_and_settles_none_twice(
                                       type(None)]
     assert q.settled == [(1, 1), (1, 4)]  # once each: the second try found them settled
     assert set(h.held) == {("jobs", (1, 3))} and set(h.holder) == {("jobs", (1, 3))}
+
+
+class LeftThePrimary(Queue):
+    """The member sent the batch, then left the primary component before a majority
+    confirmed it (the primary side may have applied it): the batch's outcome is unknown,
+    and a retry is refused at once, with no effect."""
+
+    async def settle_many(self, op, ds) -> None:
+        self.calls.append(("many", op, [d.token for d in ds]))
+        raise QueueOutcomeUnknown("left the primary component before a majority confirmed")
+
+    async def settle(self, op, d) -> None:
+        self.calls.append(("one", op, d.token))
+        raise QueueNotPrimary("not in a primary component")
+
+
+def test_a_batch_of_unknown_outcome_is_never_answered_as_not_settled():
+    """A retry's QueueNotPrimary says only that the retry took no effect: the answer stays
+    the batch's unknown outcome (an accept the primary side applied must not reach its
+    client as "not accepted"), and the deliveries stay held, to be settled again."""
+    tokens = [(1, 1), (1, 2)]
+    q = LeftThePrimary({})
+    h = host_holding(tokens, q)
+    errs = asyncio.run(h.settle("jobs", "accept", [list(t) for t in tokens]))
+    assert [type(e) for e in errs] == [QueueOutcomeUnknown, QueueOutcomeUnknown]
+    assert set(h.held) == {("jobs", t) for t in tokens}
 
 
 # -- a publisher's batches, put back in order by the member -------------------------------
