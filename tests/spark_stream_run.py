@@ -177,7 +177,15 @@ def main(argv=None) -> int:
         if g is not None:
             g.shutdown()
         ray.shutdown()
-        c.shutdown()
+        for _ in range(3):
+            try:
+                c.shutdown()
+                break
+            except ValueError:  # a background thread of this driver (a lease renewer, the
+                # sink's accept) made a late Ray call after ray.shutdown(), and Ray's auto-init
+                # connected it to this cluster again: Cluster.shutdown() refuses the head then,
+                # after disconnecting; the workers are gone, the head goes on the next try
+                ray.shutdown()
         shutil.rmtree(work, ignore_errors=True)
     return 0
 
