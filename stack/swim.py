@@ -351,6 +351,12 @@ class Swim(Layer):
         if key in self.seen and not own:
             if kind in (SUSPECT, REMOVE) and addr == self.ctx.local:
                 self._deny(inc, sender)  # the sender still holds it: it needs our answer
+            elif kind == ALIVE and self._refutes(addr, inc):
+                # seen while its member was not in our list yet (a joiner hears the group's
+                # rumors before its first view lists their members): the member's answer to
+                # a suspicion we took up since, the only one it will send (seed 15100480)
+                self.stats["late_refutations"] += 1
+                self._effect(kind, addr, inc, extra, sender)
             return
         self.seen[key] = True
         if len(self.seen) > self.config.rumor_cache:
@@ -414,6 +420,10 @@ class Swim(Layer):
             self._declare_dead(n, "swim")
             return True
         return False
+
+    def _refutes(self, addr, inc: int) -> bool:
+        n = self.nodes.get(addr)
+        return n is not None and inc > n.inc
 
     def _recently_heard(self, n: _Node) -> bool:
         return (self.config.mode == "views"

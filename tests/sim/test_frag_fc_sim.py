@@ -156,6 +156,7 @@ def test_flow_control_never_loses_or_duplicates_while_applications_stall(sim_see
 
 
 @pytest.mark.seeds(10)
+@pytest.mark.regressions(15100480)  # a refutation seen before its member was ours: live A excluded
 def test_a_stalled_receiver_that_crashes_does_not_block_the_others(sim_seed):
     sim = Simulation(sim_seed, LOSSY, buggify=True)
     cfg = StackConfig.local(flow_control__max_credits=32 * K)

@@ -1,5 +1,5 @@
 """SWIM (stack/swim.py) in a sandwich: refutation of suspicions about the local member."""
-from raygroups.stack.events import GetPhysical, ViewInstalled
+from raygroups.stack.events import GetPhysical, Suspect, Unsuspect, ViewInstalled
 from raygroups.stack.message import CONTROL, Message
 from raygroups.stack.swim import ALIVE, RUMORS, SUSPECT, Swim, SwimConfig
 from raygroups.stack.view import View, ViewId
@@ -50,3 +50,21 @@ def test_a_stale_suspicion_is_answered_to_its_sender_with_our_current_incarnatio
                                                   ["me", "10.0.0.1", 7800], s.layer._rounds()]]]
     assert s.layer.inc == 1  # no new incarnation for a stale suspicion
     assert s.layer.stats["stale_suspicions_answered"] == 2
+
+
+def test_a_refutation_heard_before_its_member_was_ours_still_clears_a_later_suspicion():
+    """A joiner hears the group's rumors before its first view lists their members: member
+    c's KEEP-ALIVE (incarnation 1) is cached as seen, then the view adds c at incarnation 0,
+    then anti-entropy hands over the stale suspicion c refuted. When c's answer comes again
+    it must clear the suspicion, or it expires into a false exclusion of a live member
+    (the simulator's seed 15100480: a member excluded twice while it was never unreachable)."""
+    s = Sandwich(Swim(SwimConfig(probe_interval_s=10.0)),
+                 answers={GetPhysical: ("10.0.0.1", 7800)})
+    a, c = s.addr("a"), s.addr("c")
+    rumors_from(s, a, (ALIVE, c.uid, 1, None, 3))          # before c is ours: no effect
+    s.down_event(ViewInstalled(View(ViewId(a, 3), (a, c, s.local))))
+    rumors_from(s, a, (SUSPECT, c.uid, 0, a.uid, 3))        # the stale suspicion
+    assert [type(e) for e in s.above.events_of(Suspect)] == [Suspect]
+    rumors_from(s, c, (ALIVE, c.uid, 1, None, 3))           # c's answer, the same rumor
+    assert s.above.events_of(Unsuspect) == [Unsuspect(c)]
+    assert s.layer.nodes[c].inc == 1 and s.layer.stats["late_refutations"] == 1
