@@ -241,18 +241,20 @@ class ExactlyOnceSink:
         try:
             df.write.format(cfg.format).options(**cfg.options).partitionBy(cfg.flag_col) \
                 .save(fs.url(attempt))
-            parts = [p for p in fs.list(attempt) if p.startswith(cfg.flag_col + "=")]
-            suspect = parts if prior else [p for p in parts if p == f"{cfg.flag_col}=true"]
-            if suspect:
-                res.update(self._dedup(spark, fs, attempt, parts, suspect))
-                parts = [p for p in fs.list(attempt) if p.startswith(cfg.flag_col + "=")]
             if stream is not None and stream.rebound(batch_id):
                 # a partition was read twice from two members: its output may mix them
+                # (known once the write ran the tasks; checked before deduplication reads
+                # anything: every job of the batch comes again, flagged, and is checked then)
                 fs.delete(attempt)
                 stream.release(batch_id)
                 res["abandoned"] = True
                 self._record(res)
                 return res
+            parts = [p for p in fs.list(attempt) if p.startswith(cfg.flag_col + "=")]
+            suspect = parts if prior else [p for p in parts if p == f"{cfg.flag_col}=true"]
+            if suspect:
+                res.update(self._dedup(spark, fs, attempt, parts, suspect))
+                parts = [p for p in fs.list(attempt) if p.startswith(cfg.flag_col + "=")]
             marker = None
             if parts:
                 marker = f"_commits/{writer}/{batch_id}.{n}"
