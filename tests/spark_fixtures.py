@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 
 import pytest
 
@@ -23,16 +22,10 @@ EXECUTORS = 2
 @pytest.fixture(scope="session")
 def spark_session(ray_session):
     import pyspark  # noqa: F401
-    import raydp
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("Spark needs Java 17 (no java on PATH, no JAVA_HOME)")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    spark = raydp.init_spark("raygroups-tests", num_executors=EXECUTORS, executor_cores=1,
-                             executor_memory="1G",
-                             configs={"spark.ui.enabled": "false",
-                                      "spark.ui.showConsoleProgress": "false",
-                                      "spark.sql.shuffle.partitions": "4"})
-    spark.sparkContext.setLogLevel("ERROR")
+    from raygroups.integration.spark_session import start_spark, stop_spark
+    spark = start_spark("raygroups-tests", executors=EXECUTORS, memory="1G",
+                        configs={"spark.sql.shuffle.partitions": "4"})
     yield spark
-    raydp.stop_spark()
+    stop_spark()

@@ -23,6 +23,7 @@ import os
 import sys
 import threading
 import time
+import traceback
 import uuid
 
 from .client import Recorder, recorded
@@ -82,6 +83,7 @@ def main(argv=None) -> int:
 
     from raygroups.actors import Group
     from raygroups.integration.queue_source import DedupSink, QueueSource, QueueSourceConfig
+    from raygroups.integration.spark_session import start_spark
     seq = 0
     try:
         ray.init(address="auto", logging_level="ERROR", log_to_driver=False)
@@ -89,14 +91,13 @@ def main(argv=None) -> int:
         if stopped_for(a.stop) < 0:  # jobs wait on the queue while Spark starts (seconds)
             publish(g.queue(QUEUE, lease_s=10.0), rec, a.per_batch, seq)
             seq += a.per_batch
-        spark = raydp.init_spark("campaign-pipeline", num_executors=1, executor_cores=1,
-                                 executor_memory="512M",
-                                 configs={"spark.ui.enabled": "false",
-                                          "spark.ui.showConsoleProgress": "false",
-                                          "spark.sql.shuffle.partitions": "2"})
-        spark.sparkContext.setLogLevel("ERROR")
+        # start_spark: the driver JVM's Ray worker pinned to this driver's raylet (after a
+        # head restart the node table still lists the dead head at the same IP)
+        spark = start_spark("campaign-pipeline", executors=1, memory="512M",
+                            configs={"spark.sql.shuffle.partitions": "2"})
     except Exception as e:  # a fault took Spark's master or executor down as it started
-        rec("spark", "info", err=f"{type(e).__name__}: {e}"[:200])
+        rec("spark", "info", err=f"{type(e).__name__}: {e}"[:200],
+            trace=traceback.format_exc()[-2000:])
         return RESTART
     rec("spark", "ok")
     sink = DedupSink(spark, a.sink)
