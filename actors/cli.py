@@ -4,7 +4,8 @@
     raygroups --version
 
     up CLUSTER         launch (or attach to) the group's member actors: one per node by
-                       default; --members N in all; --this-node: only this node's (cluster.yaml)
+                       default; --members N in all; --this-node: only this node's (cluster.yaml);
+                       --bootstrap FILE: the members a bootstrap file lists, in its order
     down CLUSTER       every member leaves, then its actor is killed
     members CLUSTER    the view's members, a table or --json
     views CLUSTER      the view history; --follow: then every new view as it is installed
@@ -140,7 +141,8 @@ def cmd_up(args: argparse.Namespace) -> int:
                      http_auth=args.http_auth, http_tls=tls, token=token,
                      ray_signal=not args.no_ray_signal, this_node=args.this_node,
                      timeout=args.timeout, follow_nodes=args.follow_nodes, wait=wait,
-                     insecure=args.insecure, progress=lambda s: _err(f"  {s}"))
+                     insecure=args.insecure, bootstrap=args.bootstrap,
+                     progress=lambda s: _err(f"  {s}"))
     if not wait:
         path = token_file(args)
         write_secret(path, token)
@@ -387,6 +389,9 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--discovery", default=None,
                     help="discovery store URL (file:///dir, s3://..., ray-kv://); "
                          "default: static host list")
+    up.add_argument("--bootstrap", default=None, metavar="FILE",
+                    help="a bootstrap file (path or URL): its members, each on a node at "
+                         "its line's address, in file order (JGroups cloud-store discovery)")
     up.add_argument("--port", type=int, default=None, help="member k of a node: port+k "
                     "(default 7800; free ports on loopback)")
     up.add_argument("--http-port", type=int, default=0, help="HTTP API port (0: any)")

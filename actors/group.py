@@ -52,7 +52,7 @@ from .errors import (GroupClosed, JoinRejected, JoinTimeout, NoSuchGroup, NotMem
 from .http_api import AUTH_MODES
 from .group_key import delete_ring, member_ring, read_ring, ring_ids, write_ring
 from .member import MemberActor, MemberSpec
-from .placement import (DEFAULT_PORT, NAMESPACE, actor_name, alive_nodes,
+from .placement import (DEFAULT_PORT, NAMESPACE, actor_name, alive_nodes, bootstrap_slots,
                         is_loopback, member_of, plan, stack_config)
 from .publisher import Publisher
 from .subscription import Subscription
@@ -152,6 +152,7 @@ class Group:
                max_restarts: int = -1, this_node: bool = False, timeout: float = 60.0,
                metrics_interval_s: float = 5.0, follow_nodes: bool = False,
                wait: bool = True, cluster_key: Any = None, insecure: bool = False,
+               bootstrap: Any = None,
                progress: Optional[Callable[[str], None]] = None) -> "Group":
         """Start the group's member actors (or attach to those that exist) and wait until
         they agree on one view.
@@ -183,9 +184,20 @@ class Group:
         ``follow_nodes``) it returns at once and the supervisor launches every member, and
         keeps retrying, in the background: a cluster's start command never fails for the
         group (the HTTP token is then the one given, or a random one: ``http_token()``).
+        ``bootstrap``: a bootstrap file (path, URL or ``MembersFile``; JGroups cloud-store
+        discovery) names every member instead: each line's member starts as a member actor
+        on a live node at the line's address (lines sharing one address are dealt over that
+        address's nodes), on the line's port, in file order, with the line's seeded UUID and
+        no discovery round; with ``discovery`` the file is also written to the store where
+        joiners look. A member Ray restarts takes a fresh UUID, and the coordinator's members
+        file then lists it under that one. Not with ``follow_nodes``, ``members`` or
+        ``this_node``.
         Raises JoinTimeout when the members do not agree within ``timeout`` s, and
         JoinRejected (after removing the refused members it started) when the group refuses
         their settings (``GmsConfig.agreed``: ``stack_options={"gms__agreed": {...}}``)."""
+        if bootstrap is not None and (follow_nodes or members is not None or this_node):
+            raise ValueError("a bootstrap file names every member: not with follow_nodes, "
+                             "members= or this_node")
         if follow_nodes and (members is not None or this_node):
             raise ValueError("follow_nodes keeps members_per_node on every node: "
                              "not with members= or this_node")
@@ -227,7 +239,15 @@ class Group:
         nodes = alive_nodes(ray.nodes())
         here = ray.get_runtime_context().get_node_id() if this_node else None
         g = cls(cluster, namespace)
-        every = g._keep_names(plan(nodes, members_per_node, members))
+        boot = None
+        if bootstrap is not None:
+            from .supervisors import Bootstrapper
+            boot = Bootstrapper(cluster, discovery, bootstrap)
+            if not boot.load().entries:
+                raise ValueError("the bootstrap file lists no member")
+            every = bootstrap_slots(nodes, boot.load().entries)
+        else:
+            every = g._keep_names(plan(nodes, members_per_node, members))
         slots = [s for s in every if here is None or s.node_id == here]
         if not slots:
             raise RuntimeError("no member slot on this node")
@@ -262,6 +282,10 @@ class Group:
             # which must not be primary beside the real one (the campaign across hosts found
             # two primaries with id 1 that way)
             stack_options = {"primary__expected_size": len(every), **(stack_options or {})}
+        if boot is not None:
+            stack_options = {**(stack_options or {}), "bootstrap": boot.load()}
+            if discovery is not None and not existing:
+                boot.write()  # <store>/<cluster>/<first coordinator>.list, where joiners look
         ports, hosts = {}, []
         for s in every:
             inf = infos.get(s.name)
@@ -271,7 +295,9 @@ class Group:
                 continue
             if s.name in existing:
                 continue
-            if local:
+            if boot is not None:
+                p = boot.load().by_name(s.name).port
+            elif local:
                 p = free_port(s.node_ip) if s in slots else None
             else:
                 p = (port or DEFAULT_PORT) + s.k

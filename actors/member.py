@@ -115,6 +115,16 @@ def view_json(view, installed_at: Optional[float] = None, previous=None) -> dict
     return out
 
 
+def join_config(config: StackConfig, restarts: int) -> StackConfig:
+    """The stack config of a join: a process Ray restarted never takes its bootstrap line's
+    seeded UUID again (JGroups cloud-store discovery: a restart takes a fresh UUID, which the
+    coordinator's members file then lists). Left to the per-process claim, the new process
+    would claim the line again and join under the UUID of its dead self, still in the view."""
+    if restarts and config.store is not None and config.store.bootstrap is not None:
+        return config.with_options(store__use_bootstrap_identity=False)
+    return config
+
+
 class MemberActor(QueueMethods):
     def __init__(self, spec: MemberSpec):
         self.spec = spec
@@ -287,7 +297,7 @@ class MemberActor(QueueMethods):
         if self._pump is not None:
             self._pump.cancel()
             self._pump = None
-        ch = Channel(spec.cluster, spec.name, spec.config, **kw)
+        ch = Channel(spec.cluster, spec.name, join_config(spec.config, self.restarts), **kw)
         self.queue_host.attach(ch)  # the work queues ride on each new channel
         await ch.connect(timeout=spec.join_timeout_s)
         self.channel = ch

@@ -17,7 +17,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional
 
 from raygroups.stack import StackConfig
 
@@ -109,6 +109,30 @@ def plan(nodes: list[dict], members_per_node: int = 1, members: Optional[int] = 
         for k in range(count):
             slots.append(Slot(f"{labels[n['NodeID']]}-{k}", n["NodeID"],
                               n["NodeManagerAddress"], k))
+    return slots
+
+
+def bootstrap_slots(nodes: list[dict], entries: Iterable[Any]) -> list[Slot]:
+    """Slots for the lines of a bootstrap file, in file order, each named by its line and
+    placed on a live node at the line's address; lines that name one address shared by
+    several nodes (raylets of one host) are dealt round-robin over those nodes. Raises
+    ValueError for a line whose address no live node has."""
+    at: dict = {}
+    for n in nodes:
+        at.setdefault(n["NodeManagerAddress"], []).append(n)
+    dealt: dict = {}
+    per_node: dict = {}
+    slots = []
+    for e in entries:
+        here = at.get(e.host)
+        if not here:
+            raise ValueError(f"bootstrap line {e.name} names {e.host}, where no live Ray node "
+                             f"is (nodes at {sorted(at)})")
+        node = here[dealt.get(e.host, 0) % len(here)]
+        dealt[e.host] = dealt.get(e.host, 0) + 1
+        k = per_node.get(node["NodeID"], 0)
+        per_node[node["NodeID"]] = k + 1
+        slots.append(Slot(e.name, node["NodeID"], e.host, k))
     return slots
 
 

@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 
-os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+from . import local_cluster
 
 WAIT_S = 600.0
 
@@ -68,7 +68,6 @@ def main(argv=None) -> int:
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     import ray
     import raydp
-    from ray.cluster_utils import Cluster
 
     from raygroups.actors import Group
     from raygroups.integration import (QueueStreamConfig, colocate_with, exactly_once_sink,
@@ -76,12 +75,7 @@ def main(argv=None) -> int:
     from pyspark.sql.types import LongType, StructField, StructType
 
     t0 = time.monotonic()
-    node = dict(num_cpus=2, node_ip_address="127.0.0.1")
-    c = Cluster(initialize_head=True, head_node_args=dict(include_dashboard=False, **node))
-    for _ in range(args.nodes - 1):
-        c.add_node(**node)
-    ray.init(address=c.address, _node_ip_address="127.0.0.1", log_to_driver=False,
-             configure_logging=False, logging_level="WARNING")
+    c = local_cluster.start(args.nodes, num_cpus=2)
     work = tempfile.mkdtemp(prefix="rg-stream-")
     out: dict = {"jobs": args.jobs}
     g = spark = None
@@ -176,16 +170,7 @@ def main(argv=None) -> int:
             raydp.stop_spark()
         if g is not None:
             g.shutdown()
-        ray.shutdown()
-        for _ in range(3):
-            try:
-                c.shutdown()
-                break
-            except ValueError:  # a background thread of this driver (a lease renewer, the
-                # sink's accept) made a late Ray call after ray.shutdown(), and Ray's auto-init
-                # connected it to this cluster again: Cluster.shutdown() refuses the head then,
-                # after disconnecting; the workers are gone, the head goes on the next try
-                ray.shutdown()
+        local_cluster.stop(c)
         shutil.rmtree(work, ignore_errors=True)
     return 0
 
