@@ -36,3 +36,12 @@ def test_a_restarted_member_never_takes_its_seeded_uuid_again():
     assert not join_config(cfg, 1).store.use_bootstrap_identity
     plain = StackConfig.local()
     assert join_config(plain, 3) is plain  # no bootstrap file: nothing to change
+
+
+def test_the_cli_passes_a_bootstrap_file_and_launch_refuses_it_with_other_plans():
+    from raygroups.actors import Group, cli
+    args = cli.parser().parse_args(["up", "g", "--bootstrap", "/etc/1.list"])
+    assert args.bootstrap == "/etc/1.list"
+    for other in ({"follow_nodes": True}, {"members": 3}, {"this_node": True}):
+        with pytest.raises(ValueError, match="bootstrap file names every member"):
+            Group.launch("g", bootstrap="/etc/1.list", **other)  # refused before Ray starts
