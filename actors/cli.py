@@ -5,7 +5,8 @@
 
     up CLUSTER         launch (or attach to) the group's member actors: one per node by
                        default; --members N in all; --this-node: only this node's (cluster.yaml);
-                       --bootstrap FILE: the members a bootstrap file lists, in its order
+                       --bootstrap FILE: the members a bootstrap file lists, in its order;
+                       --membership gossip: SWIM's eventually consistent list (Serf-like)
     down CLUSTER       every member leaves, then its actor is killed
     members CLUSTER    the view's members, a table or --json
     views CLUSTER      the view history; --follow: then every new view as it is installed
@@ -142,6 +143,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                      ray_signal=not args.no_ray_signal, this_node=args.this_node,
                      timeout=args.timeout, follow_nodes=args.follow_nodes, wait=wait,
                      insecure=args.insecure, bootstrap=args.bootstrap,
+                     membership=args.membership,
                      progress=lambda s: _err(f"  {s}"))
     if not wait:
         path = token_file(args)
@@ -389,6 +391,9 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--discovery", default=None,
                     help="discovery store URL (file:///dir, s3://..., ray-kv://); "
                          "default: static host list")
+    up.add_argument("--membership", choices=["views", "gossip"], default="views",
+                    help="agreed views (default) or gossip: SWIM's eventually consistent "
+                         "list, Serf-like, for large groups")
     up.add_argument("--bootstrap", default=None, metavar="FILE",
                     help="a bootstrap file (path or URL): its members, each on a node at "
                          "its line's address, in file order (JGroups cloud-store discovery)")

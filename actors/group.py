@@ -43,6 +43,7 @@ from ray.exceptions import (ActorUnschedulableError, GetTimeoutError, RayActorEr
 
 from raygroups.stack import RaygroupsError, StackConfig
 from raygroups.stack.auth import as_ring, key_id
+from raygroups.stack.config import MEMBERSHIP_MODES
 from raygroups.stack.primary import PrimaryConfig
 from raygroups.stack.runtime.ports import free_port
 
@@ -152,7 +153,7 @@ class Group:
                max_restarts: int = -1, this_node: bool = False, timeout: float = 60.0,
                metrics_interval_s: float = 5.0, follow_nodes: bool = False,
                wait: bool = True, cluster_key: Any = None, insecure: bool = False,
-               bootstrap: Any = None,
+               bootstrap: Any = None, membership: str = "views",
                progress: Optional[Callable[[str], None]] = None) -> "Group":
         """Start the group's member actors (or attach to those that exist) and wait until
         they agree on one view.
@@ -192,6 +193,9 @@ class Group:
         joiners look. A member Ray restarts takes a fresh UUID, and the coordinator's members
         file then lists it under that one. Not with ``follow_nodes``, ``members`` or
         ``this_node``.
+        ``membership="gossip"``: SWIM's eventually consistent member list instead of agreed
+        views (Serf-like, for large groups; no primary component, no ordered multicast, no
+        work queue): the members "agree" once each lists every member launched.
         Raises JoinTimeout when the members do not agree within ``timeout`` s, and
         JoinRejected (after removing the refused members it started) when the group refuses
         their settings (``GmsConfig.agreed``: ``stack_options={"gms__agreed": {...}}``)."""
@@ -205,6 +209,9 @@ class Group:
             raise ValueError("wait=False needs follow_nodes=True (a supervisor to wait)")
         if insecure and cluster_key is not None:
             raise ValueError("insecure=True runs without a key: not with cluster_key")
+        if membership not in MEMBERSHIP_MODES:
+            raise ValueError(f"membership must be one of {MEMBERSHIP_MODES}, "
+                             f"not {membership!r}")
         if http_auth not in AUTH_MODES:
             raise ValueError(f"http_auth must be one of {AUTH_MODES}, not {http_auth!r}")
         if http_tls is not None and len(http_tls) != 2:
@@ -227,7 +234,8 @@ class Group:
                       http_auth=http_auth, http_tls=http_tls, ray_signal=ray_signal,
                       ray_poll_s=ray_poll_s, fence=fence, max_restarts=max_restarts,
                       timeout=min(timeout, 30.0), metrics_interval_s=metrics_interval_s,
-                      cluster_key=None, insecure=insecure)  # the key: from Ray's KV
+                      cluster_key=None, insecure=insecure,  # the key: from Ray's KV
+                      membership=membership)
         if not wait:
             from .follower import start_follower
             if cluster_key is not None and stored is None:
@@ -275,7 +283,9 @@ class Group:
         if cluster_key is not None:  # before the caller's own options, which may override
             stack_options = {"cluster_key": cluster_key, "auth_mode": "aesgcm",
                              **(stack_options or {})}
-        if not _sets_expected_size(config, stack_options):
+        if membership == "gossip":
+            stack_options = {**(stack_options or {}), "membership": "gossip"}
+        elif not _sets_expected_size(config, stack_options):
             # the first primary component needs a majority of the group launched, as MySQL
             # Group Replication bootstraps a group once: a member that starts while cut off
             # from its group (a host booted again into a partition) founds a group of one,
@@ -345,7 +355,7 @@ class Group:
             g._remove_rejected(created)
             raise
         want = {s.name for s in (slots if this_node else every)}
-        g._await_agreement(want, timeout, progress)
+        g._await_agreement(want, timeout, progress, gossip=membership == "gossip")
         if follow_nodes:
             from .follower import start_follower
             start_follower(cluster, namespace, members_per_node, {**follow, "token": token})
@@ -624,8 +634,12 @@ class Group:
         for n in names:
             self._handles.pop(n, None)
 
-    def _await_agreement(self, names: set, timeout: float, progress) -> None:
-        """Until every member in ``names`` has installed one view that holds them all."""
+    def _await_agreement(self, names: set, timeout: float, progress,
+                         gossip: bool = False) -> None:
+        """Until every member in ``names`` has installed one view that holds them all (gossip
+        mode: until each lists them all, alive)."""
+        if gossip:
+            return self._await_lists(names, timeout, progress)
         deadline = time.monotonic() + timeout
         last = None
         while True:
@@ -643,6 +657,23 @@ class Group:
             if state != last:
                 last = state
                 _say(progress, f"waiting for one view: {len(state)} distinct view(s) so far")
+            time.sleep(0.05)
+
+    def _await_lists(self, names: set, timeout: float, progress) -> None:
+        """Gossip mode: until every member in ``names`` lists exactly them, all alive (each
+        list is the member's own; no view id is shared)."""
+        deadline = time.monotonic() + timeout
+        lists: dict = {}
+        while True:
+            got = self._gather({n: self._handle(n).members.remote() for n in names}, 10.0)
+            lists = {n: sorted(m["name"] for m in (ms or ()) if m["state"] == "alive")
+                     for n, ms in got.items()}
+            if all(v == sorted(names) for v in lists.values()):
+                _say(progress, f"agreed: every member lists the {len(names)} members")
+                return
+            if time.monotonic() > deadline:
+                raise JoinTimeout(f"members of {self.cluster!r} did not list each other in "
+                                  f"{timeout}s: {lists}")
             time.sleep(0.05)
 
     # -- the view and the members -----------------------------------------------------------
