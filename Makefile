@@ -20,10 +20,11 @@ test: $(VENV)/.installed
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 # Simulator campaigns over fresh seeds: make campaign SEEDS=1000 BASE=<never run>
-# [TESTS="file or id ..."] [EXCLUDE="id prefix ..."]
+# [TESTS="file or id ..."] [EXCLUDE="id prefix ..."] [MINUTES=<time box>]
 campaign: $(VENV)/.installed
 	@test -n "$(BASE)" || { echo "make campaign needs BASE=<first seed, one never run before>"; exit 2; }
 	$(PY) -m tests.campaign --seeds $(SEEDS) --base $(BASE) --jobs $(JOBS) --buggify $(BUGGIFY) \
+		$(if $(MINUTES),--minutes $(MINUTES)) \
 		$(foreach x,$(EXCLUDE),--exclude $(x)) $(TESTS)
 
 # The fault campaign across Ray hosts in network namespaces, as root (tests/hosts/):

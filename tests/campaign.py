@@ -1,7 +1,7 @@
 """Simulator campaigns over a seed range nobody ran before, in parallel processes.
 
     python -m tests.campaign --seeds 1000 --base 3000000 [--jobs 2] [--out FILE]
-                             [--exclude TEST_ID_PREFIX ...] [TEST ...]
+                             [--minutes M] [--exclude TEST_ID_PREFIX ...] [TEST ...]
 
 runs every simulator test that takes a ``sim_seed`` (under ``tests/sim`` unless TESTs name
 files or test ids) over seeds ``base .. base+seeds-1``, in chunks, ``--jobs`` pytest processes
@@ -9,6 +9,7 @@ at a time. Each failing seed is written to ``--out`` as it is found, one line ea
 ``--sim-seed=N`` to replay it, and the checker's message. At the end it prints, and appends to
 the file, one line per test: seeds run, violations, CPU seconds; and the commit and date.
 Tests marked ``scale`` (figures at 1,000 members and more) are left out unless named.
+``--minutes``: a time box; no chunk starts after it, and the totals say what ran.
 ``make campaign SEEDS=... BASE=...`` calls it.
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ import time
 import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--sim-no-regressions"]
@@ -82,6 +84,9 @@ def main(argv=None) -> int:
     ap.add_argument("--base", type=int, required=True, help="first seed: one never run before")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="pytest processes")
     ap.add_argument("--chunk", type=int, default=100, help="seeds per pytest process")
+    ap.add_argument("--minutes", type=float, default=None,
+                    help="start no chunk after this long (the totals count what ran; chunks "
+                         "go base by base, every test at each base, so counts stay even)")
     ap.add_argument("--out", default=None, help="failing seeds go here (default "
                     "campaign-results/<base>-<seeds>.txt)")
     ap.add_argument("--buggify", choices=("test", "on", "off"), default="test",
@@ -108,9 +113,17 @@ def main(argv=None) -> int:
     totals = {t: [0, 0, 0.0] for t in tests}
     t0 = time.monotonic()
     extra = [f"--sim-buggify={a.buggify}"]
+    deadline = None if a.minutes is None else t0 + 60 * a.minutes
+
+    def chunk(test: str, base: int, count: int) -> Optional[tuple]:
+        if deadline is not None and time.monotonic() > deadline:
+            return None  # the time is up: this chunk does not start
+        return run_chunk(test, base, count, extra)
     with ThreadPoolExecutor(a.jobs) as pool:
-        futures = [pool.submit(run_chunk, t, b, n, extra) for t, b, n in work]
+        futures = [pool.submit(chunk, t, b, n) for t, b, n in work]
         for done, fut in enumerate(as_completed(futures), 1):
+            if fut.result() is None:
+                continue
             test, ran, failures, cpu = fut.result()
             tot = totals[test]
             tot[0] += ran
