@@ -6,7 +6,9 @@ they are not failed), freezes delivery from the members being removed (so a late
 a crashed member cannot be delivered here but not elsewhere) and answers FLUSH_OK with its
 view and digest (its own entry: what it sent). The coordinator takes the cut: per sender,
 the highest seqno any survivor holds, and who holds it, and sends it (FLUSH_CUT); every
-member fetches what it misses up to the cut and answers FLUSH_DONE. (FLUSH_OK names the
+member fetches what it misses up to the cut and answers FLUSH_DONE. (A START_FLUSH that
+overtook the VIEW of the view it flushes, from the previous coordinator, is kept and answered
+once that view is installed.) (FLUSH_OK names the
 member's view only when it is not the one being flushed: the coordinator has that one.) Only then is the VIEW
 sent (carrying the cut again for anyone who missed a step): members that move together
 from V to V' delivered the same messages in V, and stability in V' cannot purge a message a
@@ -46,6 +48,8 @@ class Flush:
         self.coord = None                  # member: who is flushing us
         self.fid = None                    # member: the flush that stopped us
         self.block_timer = None
+        self.early: Optional[tuple] = None  # member: a START_FLUSH of a view we have not
+        #                                     installed yet, answered once we have
 
     @property
     def busy(self) -> bool:
@@ -156,13 +160,23 @@ class Flush:
     # -- member -------------------------------------------------------------------------
     def on_start(self, sender, fid, removed_uids: list, vid: list) -> None:
         g = self.gms
+        book = g.ctx.book
+        flushed = ViewId(book.get(vid[0]), int(vid[1]))
+        other = self.blocked and self.coord not in (None, sender) and sender != g.ctx.local
+        if g.view is not None and g.view.view_id < flushed and (other or sender not in g.view):
+            # the coordinator flushes a view whose VIEW has not reached us (it came from the
+            # previous coordinator, with no order against this one's messages), and we are
+            # still stopped by that coordinator's flush, or do not know this one yet:
+            # answer once we have installed that view, or it times out on us and excludes a
+            # live member (seed 15300059: a coordinator that left handed over to the next)
+            self.early = (sender, fid, removed_uids, vid)
+            g.stats["flush_starts_early"] += 1
+            return
         if g.view is None or sender not in g.view:
             return  # not our coordinator (we moved to another view): it will exclude us
-        if self.blocked and self.coord not in (None, sender) and sender != g.ctx.local:
+        if other:
             return  # already flushing for another coordinator (split brain): one at a time
-        book = g.ctx.book
         removed = [book.get(u) for u in removed_uids]
-        flushed = ViewId(book.get(vid[0]), int(vid[1]))
         # sending resumes with a view newer than the one being flushed (we may still be
         # installing that one)
         self.coord, self.flushed, self.fid = sender, flushed, fid
@@ -225,6 +239,13 @@ class Flush:
         if self.flushed is None or self.flushed < view.view_id:
             self.flushed = None
             self.release()
+        early, self.early = self.early, None
+        if early is not None:
+            vid = early[3]
+            if view.view_id < ViewId(self.gms.ctx.book.get(vid[0]), int(vid[1])):
+                self.early = early  # still behind the view it flushes
+            else:
+                self.on_start(*early)
 
     def release(self) -> None:
         """Sending resumes (a newer view was installed, or the flush was ended without one)."""

@@ -396,6 +396,25 @@ def test_only_one_coordinators_flush_at_a_time():
     assert [m.dest for m in sent(s, FLUSH_OK)] == [s.a, s.c]
 
 
+def test_a_flush_of_a_view_not_yet_installed_is_answered_once_it_is():
+    """A leaves: its flush stops us, its VIEW 6 {C, me} goes out, and C, coordinator of view
+    6, flushes it for a joiner at once. C's START_FLUSH can overtake A's VIEW (two senders,
+    no order between them): we are still stopped by A's flush and in view 5. Dropped, C's
+    flush would time out on us and exclude a live member (seed 15300059); it is answered as
+    soon as view 6 is installed."""
+    s = member()
+    s.up(start_flush(s, s.a, [s.a.uid, 1]))
+    assert [m.dest for m in sent(s, FLUSH_OK)] == [s.a]
+    s.up(start_flush(s, s.c, [s.c.uid, 1], vid=[s.a.uid, 6]))     # ahead of the VIEW
+    assert [m.dest for m in sent(s, FLUSH_OK)] == [s.a]
+    assert s.gms.stats["flush_starts_early"] == 1
+    s.up(view_msg(s, View(ViewId(s.a, 6), (s.c, s.local)), s.a))
+    oks = sent(s, FLUSH_OK)
+    assert [m.dest for m in oks] == [s.a, s.c]
+    assert hdr(oks[-1])[1] == [s.c.uid, 1] and hdr(oks[-1])[2] is None  # of view 6 itself
+    assert writable(s)[-1] is False  # stopped again, now by C's flush
+
+
 def test_a_view_with_a_cut_is_installed_only_after_catching_up_to_it():
     s = member()
     s.catchup_now = False
