@@ -211,7 +211,8 @@ def cmd_members(args: argparse.Namespace) -> int:
             m["uuid"] = m["uuid_text"]
             m["node"] = (m.get("node_id") or "")[:8] or None
             m["role"] = "coordinator" if m.get("coordinator") else ""
-        print(_table(ms, ["name", "uuid", "address", "node", "state", "role", "http_url"]))
+        print(_table(ms, ["name", "uuid", "address", "node", "state", "recovery", "role",
+                          "http_url"]))
     return 0
 
 

@@ -10,7 +10,8 @@ it refreshes every second from ``/membership/status``.
 Open (GET):
 * ``/membership/size``: ``{"size", "view_id", "member", "state"}``
 * ``/membership/nodes``: ``{"view_id", "nodes": [{name, uuid, address, coordinator, state,
-  self}]}``
+  self, recovery}]}`` (``recovery``: the member's recovery status from the last state
+  exchange, the same at every member)
 * ``/membership/views``: ``{"member", "views": [{view_id, coord_uuid, members, uuids,
   coordinator, installed_at, joined, left}]}`` (the JSON view history)
 * ``/membership/status``: everything the status page shows

@@ -587,12 +587,17 @@ class MemberActor(QueueMethods):
         return self._member_channel().view
 
     def members(self) -> list:
-        """The view's members as this member sees them."""
+        """The view's members as this member sees them; ``recovery``: each one's recovery
+        status as the last state exchange carried it (MySQL Group Replication's member
+        state: ONLINE, IN_PROGRESS, SERVING_DONOR, OFFLINE; None in gossip mode, which has no
+        state exchange), the same answer at every member of the view."""
         ch = self._member_channel()
         view = ch.view
+        attrs = ch.member_attributes()
         return [{"name": m.name, "uuid": m.uuid_hex, "uuid_text": uid_to_text(m.uid),
                  "address": self._phys(m),
-                 "coordinator": i == 0, "state": self._swim_state(m), "self": m == ch.address}
+                 "coordinator": i == 0, "state": self._swim_state(m), "self": m == ch.address,
+                 "recovery": attrs.get(m, {}).get("status")}
                 for i, m in enumerate(view.members)]
 
     async def send(self, payload: Any, dest: Optional[str] = None) -> None:

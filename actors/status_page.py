@@ -2,7 +2,7 @@
 ``/membership/status`` every second and redraws. No external assets (works offline).
 
 Element ids (tests and scrapers rely on them): ``#me``, ``#members`` (one ``tr`` per member,
-``data-member=<name>``, ``data-state=<state>``), ``#views``, ``#suspected``, ``#suspicions``,
+``data-member=<name>``, ``data-state=<state>``, ``data-recovery=<recovery status>``), ``#views``, ``#suspected``, ``#suspicions``,
 ``#traffic``, ``#dropped``, ``#updated`` (the time of the last successful refresh), ``#error``.
 """
 
@@ -27,7 +27,7 @@ STATUS_PAGE = r"""<!doctype html>
 <div id="error"></div>
 <h2>Members</h2>
 <table id="members"><thead><tr><th>#</th><th>name</th><th>uuid</th><th>address</th>
-<th>role</th><th>state</th></tr></thead><tbody></tbody></table>
+<th>role</th><th>state</th><th>recovery</th></tr></thead><tbody></tbody></table>
 <div class="grid">
 <div><h2>Suspected now</h2>
 <table id="suspected"><thead><tr><th>member</th><th>state</th><th>incarnation</th></tr></thead>
@@ -64,11 +64,12 @@ function render(s) {
     "</span> &middot; view <b id=viewid>" + vid(me.view_id) + "</b> (" + esc(me.view_size) +
     " members)" + (me.coordinator ? " &middot; coordinator" : "");
   fill("members", s.members.map((m, i) =>
-    "<tr data-member='" + esc(m.name) + "' data-state='" + esc(m.state) + "'><td>" + i +
+    "<tr data-member='" + esc(m.name) + "' data-state='" + esc(m.state) +
+    "' data-recovery='" + esc(m.recovery) + "'><td>" + i +
     "</td><td>" + esc(m.name) + (m.self ? " (this)" : "") + "</td><td class=mono>" +
     esc(m.uuid_text) + "</td><td class=mono>" + esc(m.address) + "</td><td>" +
     (m.coordinator ? "coordinator" : "") + "</td><td class='" + esc(m.state) + "'>" +
-    esc(m.state) + "</td></tr>"));
+    esc(m.state) + "</td><td>" + esc(m.recovery) + "</td></tr>"));
   const none = ["<tr class=none><td>none</td></tr>"];
   fill("suspected", s.suspected.length ? s.suspected.map(x => "<tr><td>" + esc(x.member) +
     "</td><td class='" + esc(x.state) + "'>" + esc(x.state) + "</td><td>" +

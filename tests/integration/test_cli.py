@@ -56,6 +56,7 @@ def test_members_table_and_json(ray_session, up):
     table = cli(ray_session, "members", CLUSTER).stdout
     assert table.splitlines()[0].split()[:3] == ["NAME", "UUID", "ADDRESS"]
     assert "coordinator" in table
+    assert "RECOVERY" in table.splitlines()[0] and table.count("ONLINE") == 3
     ms = json.loads(cli(ray_session, "members", CLUSTER, "--json").stdout)
     assert sorted(m["name"] for m in ms) == sorted(up[0]["members"])
     assert all(m["state"] == "alive" and m["node_id"] == ray_session.node_id for m in ms)

@@ -60,6 +60,7 @@ def test_the_http_api_answers_from_the_gossip_list(gossip):
         nodes = json.loads(r.read())
     assert size["size"] == 4
     assert sorted(x["name"] for x in nodes["nodes"]) == sorted(gossip.member_names())
+    assert {x["recovery"] for x in nodes["nodes"]} == {None}  # no state exchange here
 
 
 def test_a_killed_member_leaves_every_list_and_the_subscription_says_so(gossip):

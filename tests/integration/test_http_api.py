@@ -62,6 +62,7 @@ def wait_size(group, n: int):
 
 def test_read_endpoints(group, urls):
     v = group.view()
+    recovery: dict = {}
     for name, url in urls.items():
         status, body = call(url + "membership/size")
         assert status == 200 and body["size"] == 3 and body["member"] == name
@@ -72,11 +73,17 @@ def test_read_endpoints(group, urls):
         # and as the members file writes it (16 base64url characters for random UUIDs)
         assert [n["uuid_text"] for n in body["nodes"]] == [uid_to_text(m.uid) for m in v.members]
         assert all({"name", "address", "state", "coordinator"} <= set(n) for n in body["nodes"])
+        # the recovery status of the last state exchange, as this member answers it
+        recovery[name] = {n["name"]: n["recovery"] for n in body["nodes"]}
         status, body = call(url + "membership/views")
         assert status == 200 and body["views"][-1]["view_id"] == body["views"][-1]["view_id"]
         assert body["views"][-1]["members"] == [m.name for m in v.members]
     status, page = 200, urllib.request.urlopen(next(iter(urls.values())), timeout=30).read()
     assert b"<title>raygroups status</title>" in page
+    # every member gives the same answer, and everyone is ONLINE (no transfer running)
+    first = next(iter(recovery.values()))
+    assert all(r == first for r in recovery.values()) and set(first.values()) == {"ONLINE"}
+    assert sorted(first) == sorted(m.name for m in v.members)
 
 
 def test_guarded_endpoints_need_the_token(group, urls):
@@ -138,6 +145,9 @@ def test_status_page_in_chromium_follows_a_leave(group, urls):
             states = await page.eval("[...document.querySelectorAll('#members tbody tr')]"
                                      ".map(r => r.dataset.state)")
             assert set(states) == {"alive"}
+            recovery = await page.eval("[...document.querySelectorAll('#members tbody tr')]"
+                                       ".map(r => r.dataset.recovery)")
+            assert set(recovery) == {"ONLINE"}
             status, body = await asyncio.to_thread(
                 call, urls[leaver] + "membership/unsubscribe", "POST", token)
             # the gossip design's unsubscribe: confirmed by the group, then the member's
