@@ -97,7 +97,15 @@ class _Renewer:
                     del self.held[key]
 
     def _run(self) -> None:
+        import ray
         while True:
+            if not ray.is_initialized():
+                # the process shut Ray down: a call now would start Ray again (Ray's
+                # auto-init) and connect a process that is done with it; nothing to renew
+                with self.lock:
+                    self.held.clear()
+                    self.thread = None
+                return
             with self.lock:
                 todo = [(k[2], e[0], e[2]) for k, e in self.held.items()]
             if not todo:

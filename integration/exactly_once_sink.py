@@ -316,7 +316,16 @@ class ExactlyOnceSink:
             return
         if self._accepter is None:
             self._accepter = ThreadPoolExecutor(1, thread_name_prefix="raygroups-accept")
-        self._accepting = self._accepter.submit(self.accept, batch_id)
+        self._accepting = self._accepter.submit(self._accept_in_background, batch_id)
+
+    def _accept_in_background(self, batch_id: int) -> dict:
+        """``accept``, unless this process shut Ray down meanwhile (the query was stopped
+        and Ray with it): a Ray call would start Ray again (auto-init); the batch stays in
+        doubt, and its jobs come again to the next query, which drops them."""
+        import ray
+        if not ray.is_initialized():
+            return {"settled": 0, "failed": 0, "failed_members": [], "skipped": True}
+        return self.accept(batch_id)
 
     def flush(self) -> None:
         """Wait for the accept of the last batch (when ``accept_async``); its error, if it

@@ -219,7 +219,10 @@ class QueueStream:
         return f"QueueStream({self.group.cluster!r}, {self.queue!r}, name={self.name!r})"
 
     def _renew(self) -> None:
+        import ray
         while not self._stop.wait(self.config.lease_s / 3):
+            if not ray.is_initialized():
+                return  # Ray was shut down here: a call would start it again (auto-init)
             try:
                 members = self.group.member_names()
             except Exception as e:  # noqa: BLE001 - the group is gone for now

@@ -101,7 +101,10 @@ class ViewFeed:
     def _follow(self) -> None:
         last = None      # ViewId of the last view seen
         source = None
+        import ray
         while not self._closed:
+            if not ray.is_initialized():
+                return  # Ray was shut down here: attach would start it again
             try:
                 g = self._group_cls.attach(self.cluster, self.namespace)
                 self._refresh_urls(g)
