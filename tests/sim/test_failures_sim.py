@@ -12,12 +12,21 @@ from .history import History
 
 
 def one_view(members):
+    """The live members share one view, of exactly themselves. (Run after every simulated
+    instant by ``run_until``: it stops at the first member whose view differs.)"""
     live = [m for m in members if m.alive]
-    if any(m.view is None for m in live):
+    vid = None
+    for m in live:
+        if m.view is None:
+            return False
+        if vid is None:
+            vid = m.view.view_id
+        elif m.view.view_id != vid:
+            return False
+    if vid is None:
         return False
     uids = {m.address.uid for m in live}
-    views = {m.view.view_id for m in live}
-    return len(views) == 1 and all({a.uid for a in m.view.members} == uids for m in live)
+    return all({a.uid for a in m.view.members} == uids for m in live)
 
 
 def start_group(sim, n, h=None):
