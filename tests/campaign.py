@@ -51,16 +51,21 @@ def run_chunk(test: str, base: int, count: int, extra: list[str]) -> tuple:
     """(test, seeds run, [(seed, message)], cpu seconds) of one pytest process."""
     with tempfile.TemporaryDirectory() as tmp:
         xml = os.path.join(tmp, "r.xml")
-        start = os.times()
-        proc = subprocess.run(PYTEST + [test, f"--sim-seed-base={base}", f"--sim-seeds={count}",
-                                        f"--junitxml={xml}", *extra],
-                              cwd=ROOT, capture_output=True, text=True)
-        end = os.times()
-        cpu = (end.children_user - start.children_user) + \
-            (end.children_system - start.children_system)
+        log = os.path.join(tmp, "out.txt")
+        with open(log, "w") as out:
+            proc = subprocess.Popen(PYTEST + [test, f"--sim-seed-base={base}",
+                                              f"--sim-seeds={count}", f"--junitxml={xml}",
+                                              *extra],
+                                    cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+            # this process's own CPU (with --jobs > 1, os.times() would also count the
+            # other chunks that ended meanwhile)
+            _, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+        cpu = usage.ru_utime + usage.ru_stime
         if not os.path.exists(xml):
-            return test, 0, [(base, f"pytest did not run (exit {proc.returncode}): "
-                                    f"{(proc.stdout + proc.stderr)[-300:]}")], cpu
+            with open(log) as f:
+                tail = f.read()[-300:]
+            return test, 0, [(base, f"pytest did not run (exit {proc.returncode}): {tail}")], cpu
         ran, failures = 0, []
         for case in ET.parse(xml).getroot().iter("testcase"):
             name = case.get("name", "")
