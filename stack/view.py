@@ -108,6 +108,15 @@ def common_range(ranges) -> tuple:
     return max(lo for lo, _ in ranges), min(hi for _, hi in ranges)
 
 
+def version_differences(ours: tuple, theirs: tuple) -> list:
+    """``[["transport.wire_versions", ours, theirs]]`` when two wire version ranges (a
+    group's common range and a joiner's, or two subgroups') have no version in common, else
+    [] (the format of ``Gms.differences``)."""
+    if theirs[0] <= ours[1] and ours[0] <= theirs[1]:
+        return []
+    return [["transport.wire_versions", list(ours), list(theirs)]]
+
+
 def range_from_wire(obj: Any) -> tuple:
     """``[lowest, highest]`` from the wire; ValueError/TypeError when it is not one."""
     lo, hi = obj
