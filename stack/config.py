@@ -24,7 +24,7 @@ from .nakack import NakAck, NakAckConfig
 from .stable import Stable, StableConfig
 from .stack import Stack
 from .swim import Swim, SwimConfig
-from .transport import Transport, TransportConfig
+from .transport import Transport, TransportConfig, check_wire_versions
 from .unicast import Unicast, UnicastConfig
 
 MEMBERSHIP_MODES = ("views", "gossip")
@@ -126,6 +126,8 @@ class StackConfig:
             if key == "discovery__initial_hosts":
                 cfg.discovery.mode = "static"
                 value = tuple((str(h), int(p)) for h, p in value)
+            if key == "transport__wire_versions":
+                value = check_wire_versions(value)  # ConfigError now, not when it starts
             layer, sep, name = key.partition("__")
             if layer == "faults" and cfg.faults is None:
                 cfg.faults = FaultConfig()
@@ -163,7 +165,8 @@ class StackConfig:
 
     def build(self, cluster: str, name: str, host: Host, rng: Rng,
               uid: Optional[bytes] = None) -> Stack:
-        """Compose the layers bottom-first into a Stack."""
+        """Compose the layers bottom-first into a Stack (ConfigError for settings no stack
+        can run with)."""
         bottom = [Transport(self.transport)]
         if self.faults is not None:
             bottom.append(Faults(self.faults))

@@ -5,6 +5,10 @@ class RaygroupsError(Exception):
     """Base class of every error this package raises on purpose."""
 
 
+class ConfigError(RaygroupsError, ValueError):
+    """A stack setting no member can run with; the message names the setting and the rule."""
+
+
 class MessageTooLarge(RaygroupsError):
     """The payload does not fit a datagram and no fragmentation layer is configured."""
 
@@ -19,7 +23,8 @@ class JoinTimeout(RaygroupsError):
 
 class JoinRejected(RaygroupsError):
     """The group's coordinator refused this member: a setting every member must share
-    (``GmsConfig.agreed``) differs; the message names each one, the group's value first."""
+    (``GmsConfig.agreed``) differs, or its wire versions (``transport.wire_versions``) have
+    none in common with the group's; the message names each one, the group's value first."""
 
 
 class GroupClosed(RaygroupsError):

@@ -187,6 +187,12 @@ class GetBundleRoom:
 
 
 @dataclass
+class WireVersions:
+    """Transport answers this member's wire versions, ``(lowest, highest)``
+    (``TransportConfig.wire_versions``)."""
+
+
+@dataclass
 class CollectExchange:
     """Sent up by PRIMARY at the start of a state exchange: layers above, and the
     application (``Stack.exchange_handlers``), add what they need agreed (the sequencer's

@@ -13,7 +13,11 @@ coordinator entry is the VIEW's own seqno: exact, no +1 kludge (the digest and t
 addresses go in view order, so each UUID travels once: 38 KB for 1,000 members, not 75).
 A JOIN_REQ carries the joiner's agreed settings (``GmsConfig.agreed``); when they differ from
 the coordinator's it answers JOIN_DENIED with the differences and the joiner leaves
-(``JoinRejected``).
+(``JoinRejected``). It also carries the joiner's wire versions (``transport.wire_versions``):
+a joiner whose range has none in common with the group's (the versions every member of the
+pending membership speaks) is refused the same way, naming both ranges. Each view carries
+every member's range, and every member adopts the view's version (``View.wire_version``)
+when it installs the view, after its flush (MySQL Group Replication's version handshake).
 
 When members crashed (or the coordinator did, and the next member takes over), the
 coordinator first collects every survivor's view and digest: the new view builds on the
@@ -31,12 +35,13 @@ from typing import Any, Optional
 from .address import Address
 from .events import (AddPhysical, Catchup, Connect, FindMembers, GetDigest, GetPhysical,
                      HoldMerges, Leave, MemberDead, MembershipStatus, MergeDigest, MergeInfo,
-                     SetDigest, Stability, Unsuspect, ViewInstalled)
+                     SetDigest, Stability, Unsuspect, ViewInstalled, WireVersions)
 from .gms_merge import Merger
 from .layer import Layer, MALFORMED
 from .message import CONTROL, INTERNAL, Message
 from .errors import RaygroupsError
-from .view import Left, MergeView, View, ViewChange, ViewId, view_from_wire, view_to_wire
+from .view import (BASE_RANGE, Left, MergeView, View, ViewChange, ViewId, common_range,
+                   range_from_wire, version_differences, view_from_wire, view_to_wire)
 
 
 STALE_INFOS = 4  # INFOs of a newer view from one member of ours before we count as dropped
@@ -124,7 +129,8 @@ class Gms(Layer):
         self.suspects: set = set()
         # coordinator side
         self.tmp: list[Address] = []          # pending membership (the JGroups design notes)
-        self.joins: dict[Address, Any] = {}   # joiner -> physical address
+        self.joins: dict[Address, Any] = {}   # joiner -> its wire versions
+        self.ranges: dict[Address, tuple] = {}  # wire versions of the members we know of
         self.leaves: list[Address] = []
         self.scheduled = False
         self.settled_at = float("-inf")  # when the last view change finished
@@ -159,6 +165,22 @@ class Gms(Layer):
     def is_coord(self) -> bool:
         return self.coordinator == self.ctx.local
 
+    @property
+    def own_range(self) -> tuple:
+        """This member's wire versions (the transport's ``wire_versions``)."""
+        return tuple(self.below.down_event(WireVersions()) or BASE_RANGE)
+
+    def group_range(self) -> tuple:
+        """The wire versions every member of the pending membership (and every pending
+        joiner) speaks: ``(lowest, highest)``, none when lowest > highest."""
+        return common_range([*(self.ranges.get(m, BASE_RANGE) for m in self.tmp),
+                             *self.joins.values()])
+
+    def _singleton(self, counter: int) -> View:
+        local = self.ctx.local
+        self.ranges[local] = self.own_range
+        return View(ViewId(local, counter), (local,), versions=(self.ranges[local],))
+
     # -- joining ------------------------------------------------------------------------
     def _connect(self) -> None:
         if self.state is not State.IDLE:
@@ -183,7 +205,7 @@ class Gms(Layer):
             self.asked = coords[0]
             self.below.down(Message(coords[0], b"", CONTROL,
                                     {5: [JOIN_REQ, local.name, list(phys) if phys else None,
-                                         self.config.agreed]}))
+                                         self.config.agreed, list(self.own_range)]}))
             self.join_timer = self.ctx.schedule(self.config.join_timeout_s, self._join_timeout)
             return
         joining = [p.addr for p in found if not p.joined]
@@ -192,7 +214,7 @@ class Gms(Layer):
         if (not found and self.empty_rounds >= self.config.found_after_rounds) or \
                 (joining and all(local < a for a in joining)):
             self.tmp = [local]
-            self._install(View(ViewId(local, 1), (local,)))
+            self._install(self._singleton(1))
             return
         if found:
             self.ctx.schedule(self.ctx.rng.uniform(0, self.config.retry_jitter_s), self._discover)
@@ -209,8 +231,9 @@ class Gms(Layer):
                 if ours.get(k) != agreed.get(k)]
 
     def _on_join_denied(self, sender: Address, diffs: list) -> None:
-        """The coordinator we asked refuses us: our agreed settings differ from the group's.
-        Final (settings do not change while we wait): leave with the reason."""
+        """The coordinator we asked refuses us: our agreed settings differ from the group's,
+        or our wire versions have none in common with its. Final (settings do not change
+        while we wait): leave with the reason."""
         if self.state is not State.JOINING or sender != self.asked:
             return
         reason = "; ".join(f"{k} is {theirs!r} in the group, {ours!r} here"
@@ -319,6 +342,10 @@ class Gms(Layer):
                          if local in sg.members), (local,))
             self.below.down_event(MergeDigest(merged, [a for a in merged if a not in mine]))
         self.view = view
+        self.ranges.update(view.ranges())
+        if len(self.ranges) > 4 * len(view.members) + 64:  # bound: members long gone
+            keep = {*view.members, *self.tmp}
+            self.ranges = {a: r for a, r in self.ranges.items() if a in keep}
         self.highest_counter = max(self.highest_counter, view.view_id.id)
         self.stale_infos = {}
         self.suspects = set() if isinstance(view, MergeView) else self.suspects & set(view.members)
@@ -359,7 +386,7 @@ class Gms(Layer):
         self.acks = self.ack_timer = None
         self.merger.abort()
         self.flush.abort()
-        self._install(View(ViewId(local, self.next_counter()), (local,)))
+        self._install(self._singleton(self.next_counter()))
 
     def next_counter(self) -> int:
         self.highest_counter += 1
@@ -379,14 +406,17 @@ class Gms(Layer):
         self.below.down(self._view_msg([VIEW, vwire, [], fwire, [subgroups, dwire]]))
 
     # -- coordinator ----------------------------------------------------------------------
-    def _on_join_req(self, sender: Address, name: str, phys, agreed: dict) -> None:
+    def _on_join_req(self, sender: Address, name: str, phys, agreed: dict, versions) -> None:
         diffs = self.differences(agreed)  # (malformed settings raise here, on any member)
+        theirs = range_from_wire(versions)
         self.ctx.book.get(sender.uid, str(name))
         if phys is not None:
             self.below.down_event(AddPhysical(sender, (str(phys[0]), int(phys[1]))))
         if not self.is_coord or self.state is not State.MEMBER:
             self.stats["join_requests_ignored"] += 1
             return
+        if sender not in self.tmp and sender not in self.joins:
+            diffs += version_differences(self.group_range(), theirs)
         if diffs:
             self.stats["joins_denied"] += 1
             self._send(sender, [JOIN_DENIED, diffs])
@@ -395,7 +425,7 @@ class Gms(Layer):
         if cached is not None:
             self._send(sender, cached)  # a retry: the view it joined with, same exact digest
         elif sender not in self.tmp:
-            self.joins[sender] = phys
+            self.joins[sender] = theirs
             self._schedule_view()
 
     def _on_leave_req(self, sender: Address) -> None:
@@ -447,6 +477,7 @@ class Gms(Layer):
         local = self.ctx.local
         joins = [j for j in self.joins if j not in base]
         leaves = set(self.leaves)
+        ranges = {**self.ranges, **self.joins, local: self.own_range}
         self.joins, self.leaves = {}, []
         members = [m for m in base if m not in leaves and m not in self.suspects] + joins
         if members == list(self.view.members) and not final:
@@ -456,7 +487,9 @@ class Gms(Layer):
             self._dismiss([g for g in leaves if g != local])
             return
         self.highest_counter = max(self.highest_counter, counter)
-        view = View(ViewId(local, self.next_counter()), tuple(members))
+        view = View(ViewId(local, self.next_counter()), tuple(members),
+                    versions=tuple(ranges.get(m, BASE_RANGE) for m in members))
+        self.ranges.update(view.ranges())
         self.tmp = members
         fwire = [[a.uid, s, h.uid] for a, (s, h) in final.items()] if final else None
         self.stats["views_sent"] += 1
@@ -526,6 +559,7 @@ class Gms(Layer):
         if not self.is_coord or self.state is State.LEFT:
             return
         latest = max(views, key=lambda v: v.view_id)
+        self.ranges.update(latest.ranges())
         counter = max(v.view_id.id for v in views)
         base = list(latest.members)
         if self.ctx.local not in base:  # someone excluded us meanwhile; we still lead ours
@@ -603,7 +637,7 @@ class Gms(Layer):
                 merged = None
                 if len(h) > 4 and h[4] is not None:
                     subgroups, dwire = h[4]
-                    view = MergeView(view.view_id, view.members,
+                    view = MergeView(view.view_id, view.members, versions=view.versions,
                                      subgroups=tuple(view_from_wire(v, book) for v in subgroups))
                     merged = {book.get(u): int(s) for u, s in dwire}
                 self._on_view(view, final, merged)
@@ -611,7 +645,8 @@ class Gms(Layer):
             if sender in (self.acks or ()):
                 self._on_ack(sender, int(h[2]))
         elif typ == JOIN_REQ:
-            self._on_join_req(sender, h[1], h[2], h[3] if len(h) > 3 else {})
+            self._on_join_req(sender, h[1], h[2], h[3] if len(h) > 3 else {},
+                              h[4] if len(h) > 4 else BASE_RANGE)
         elif typ == JOIN_DENIED:
             self._on_join_denied(sender, h[1])
         elif typ == JOIN_RSP:
@@ -691,7 +726,7 @@ class Gms(Layer):
             # of our view in another view has not installed ours yet, and NAKACK brings it,
             # or it is stuck in another coordinator's view: that coordinator merges it, or
             # it forms a singleton once its coordinator keeps announcing a newer view.)
-            self.merger.candidate(ev.sender)
+            self.merger.candidate(ev.sender, theirs)
         elif ev.sender not in v and ev.coord in v and theirs < v.view_id:
             # it still thinks it belongs to our view: tell it it was excluded
             self._send(ev.sender, [NOT_MEMBER, v.view_id.coord.uid, v.view_id.id,

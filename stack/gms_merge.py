@@ -21,13 +21,20 @@ MERGE_REQ carries the leader's agreed settings (``GmsConfig.agreed``, as JOIN_RE
 coordinator whose settings differ refuses, saying how, and each side then leaves the other
 out of its merges (two groups formed apart with incompatible settings stay apart, counted as
 ``merges_refused`` and ``merges_incompatible``, instead of a merged group whose layers
-disagree; the leader does not flush its subgroup for them again).
+disagree; the leader does not flush its subgroup for them again). It carries the leader's
+subgroup's wire versions too (the versions every member of it speaks): a subgroup whose own
+have none in common with them refuses the same way, but the two stay apart only until either
+one's view changes (an upgrade in progress: the next view may speak a version in common).
+With three or more subgroups, the leader leaves out of the MergeView any subgroup whose
+versions have none in common with those of the subgroups before it (coordinator order); that
+subgroup's merge times out and it carries on.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
-from .view import MergeView, View, ViewId, view_from_wire, view_to_wire
+from .view import (BASE_RANGE, MergeView, View, ViewId, common_range, range_from_wire,
+                   version_differences, view_from_wire, view_to_wire)
 
 if TYPE_CHECKING:
     from .gms import Gms
@@ -35,6 +42,7 @@ if TYPE_CHECKING:
 MERGE_REQ, MERGE_RSP, INSTALL_MERGE = 8, 9, 10
 MIN_SIGHTINGS = 2  # INFOs from a foreign coordinator before it counts (filters stale ones)
 MAX_INCOMPATIBLE = 1024  # coordinators remembered as incompatible (forgotten all at once)
+VERSIONS = "transport.wire_versions"  # the setting of a refusal for wire versions alone
 
 
 class Merger:
@@ -46,15 +54,33 @@ class Merger:
         self.timer = None
         self.counter = 0
         self.cut: dict = {}                    # our subgroup's flush cut
-        self.incompatible: set = set()         # coordinators whose agreed settings differ
+        # coordinators not to merge with -> None (agreed settings differ: for good), or
+        # (their view, ours) when only wire versions did: until either view changes
+        self.incompatible: dict = {}
+        self.announced: dict = {}              # coordinator -> the view it announced last
 
     @property
     def busy(self) -> bool:
         return self.merge_id is not None
 
-    def candidate(self, addr) -> None:
-        """``addr`` announced, as its coordinator, a view other than ours."""
+    def candidate(self, addr, view_id: ViewId) -> None:
+        """``addr`` announced, as its coordinator, view ``view_id``, other than ours."""
         self.sightings[addr] = self.sightings.get(addr, 0) + 1
+        if len(self.announced) >= MAX_INCOMPATIBLE:
+            self.announced.clear()
+        self.announced[addr] = view_id
+
+    def _views(self, coord) -> tuple:
+        """The view ``coord`` announced last, and ours."""
+        v = self.gms.view
+        return self.announced.get(coord), v.view_id if v is not None else None
+
+    def _apart(self, coord) -> bool:
+        """We do not merge with ``coord`` (see ``incompatible``)."""
+        if coord not in self.incompatible:
+            return False
+        views = self.incompatible[coord]
+        return views is None or views == self._views(coord)
 
     def installed(self, view: View) -> None:
         self.sightings = {}  # what we heard belonged to the view we had
@@ -67,7 +93,7 @@ class Merger:
         g = self.gms
         seen, self.sightings = self.sightings, {}
         others = sorted(a for a, n in seen.items()
-                        if n >= MIN_SIGHTINGS and a not in self.incompatible)
+                        if n >= MIN_SIGHTINGS and not self._apart(a))
         if not others or self.busy or not g.is_coord or g.busy or g.state.value != "member" \
                 or g.merge_held:
             return
@@ -89,8 +115,9 @@ class Merger:
         if self.merge_id != mid or self.leading is None:
             return
         self.leading["rsps"][self.gms.ctx.local] = state
+        versions = list(common_range(self.gms.view.ranges().values()))
         for c in others:
-            self.gms._send(c, [MERGE_REQ, mid, self.gms.config.agreed])
+            self.gms._send(c, [MERGE_REQ, mid, self.gms.config.agreed, versions])
 
     def _flush_subgroup(self, then) -> None:
         """Stop our subgroup and agree on its cut (virtual synchrony across the merge);
@@ -121,28 +148,40 @@ class Merger:
     def _install(self) -> None:
         g, lead = self.gms, self.leading
         self.leading = None
-        if len(lead["rsps"]) < 2:
+        book = g.ctx.book
+        rsps, ranges = {}, []  # the subgroups that merge: (view, digest, addresses)
+        for coord in sorted(lead["rsps"]):  # ours first: the leader is the lowest
+            vwire, dwire, pwire = lead["rsps"][coord]
+            view = view_from_wire(vwire, book)
+            theirs = list(view.ranges().values())
+            diffs = version_differences(common_range(ranges), common_range(theirs))
+            if diffs and ranges:  # none in common with the subgroups before it
+                g.stats["merges_incompatible"] += 1
+                self._incompatible(coord, diffs)
+                continue
+            rsps[coord] = (view, dwire, pwire)
+            ranges += theirs
+        if len(rsps) < 2:
             self._done()
             return
-        book = g.ctx.book
         views, digest, phys = [], {}, []
-        for coord in sorted(lead["rsps"]):
-            vwire, dwire, pwire = lead["rsps"][coord]
-            views.append(view_from_wire(vwire, book))
+        for view, dwire, pwire in rsps.values():
+            views.append(view)
             for uid, s in dwire:
                 a = book.get(uid)
                 digest[a] = max(digest.get(a, 0), int(s))
             phys.extend(pwire)
-        members = []
+        members, versions = [], {}
         for v in views:
             members.extend(m for m in v.members if m not in members)
+            versions = {**v.ranges(), **versions}
         g.highest_counter = max([g.highest_counter] + [v.view_id.id for v in views])
         mv = MergeView(ViewId(g.ctx.local, g.next_counter()), tuple(members),
-                       subgroups=tuple(views))
+                       versions=tuple(versions[m] for m in members), subgroups=tuple(views))
         msg = [INSTALL_MERGE, self.merge_id, view_to_wire(mv), [view_to_wire(v) for v in views],
                [[a.uid, s] for a, s in digest.items()], phys]
         g.stats["merges_led"] += 1
-        for coord in lead["rsps"]:
+        for coord in rsps:
             if coord == g.ctx.local:
                 self._on_install(coord, msg)
             else:
@@ -151,15 +190,19 @@ class Merger:
     # -- participant --------------------------------------------------------------------
     def handle(self, sender, typ: int, h: list) -> None:
         if typ == MERGE_REQ:
-            self._on_req(sender, h[1], h[2] if len(h) > 2 else {})
+            self._on_req(sender, h[1], h[2] if len(h) > 2 else {},
+                         h[3] if len(h) > 3 else BASE_RANGE)
         elif typ == MERGE_RSP:
             self._on_rsp(sender, h[1], bool(h[2]), h[3])
         elif typ == INSTALL_MERGE:
             self._on_install(sender, h)
 
-    def _on_req(self, sender, merge_id, agreed) -> None:
+    def _on_req(self, sender, merge_id, agreed, versions) -> None:
         g = self.gms
         diffs = g.differences(agreed)
+        if g.view is not None:
+            diffs += version_differences(common_range(g.view.ranges().values()),
+                                         range_from_wire(versions))
         if diffs:
             g.stats["merges_refused"] += 1
             self._incompatible(sender, diffs)
@@ -190,14 +233,17 @@ class Merger:
         g._multicast_merge_view(vwire, subgroups, dwire, self.cut)
 
     def _incompatible(self, coord, diffs: list) -> None:
-        """``coord`` leads a group whose agreed settings differ from ours (``diffs``:
-        [[setting, ours, theirs], ...]): never merge with it."""
-        if coord not in self.incompatible:
-            if len(self.incompatible) >= MAX_INCOMPATIBLE:
-                self.incompatible.clear()
-            self.incompatible.add(coord)
-            self.gms.ctx.log(f"not merging with {coord}: " + "; ".join(
-                f"{k} is {ours!r} here, {theirs!r} there" for k, ours, theirs in diffs))
+        """``coord`` leads a group whose agreed settings differ from ours, or whose wire
+        versions have none in common with ours (``diffs``: [[setting, ours, theirs], ...]):
+        never merge with it, or, for wire versions alone, not until either view changes."""
+        views = None if any(d[0] != VERSIONS for d in diffs) else self._views(coord)
+        if coord in self.incompatible and self.incompatible[coord] in (None, views):
+            return
+        if len(self.incompatible) >= MAX_INCOMPATIBLE:
+            self.incompatible.clear()
+        self.incompatible[coord] = views
+        self.gms.ctx.log(f"not merging with {coord}: " + "; ".join(
+            f"{k} is {ours!r} here, {theirs!r} there" for k, ours, theirs in diffs))
 
     def _arm(self) -> None:
         if self.timer is not None:

@@ -99,7 +99,7 @@ class Stack:
         the stack has one, else a bundle less room for headers."""
         if self.limit_layer is not None:
             return self.limit_layer.max_message_size
-        return self.transport.bundler.max_message - HEADER_ROOM
+        return self.transport.max_message - HEADER_ROOM
 
     def set_app_blocked(self, blocked: bool) -> bool:
         """The application fell behind (True) or caught up (False) consuming deliveries.
@@ -147,7 +147,13 @@ class Stack:
         from .primary import MemberAttributes
         return self.top.below.down_event(MemberAttributes()) or {}
 
+    @property
+    def wire_version(self) -> int:
+        """The wire format this member sends its view's traffic in (``View.wire_version`` of
+        the last view installed; 1 before the first, and always in gossip mode)."""
+        return self.transport.version
+
     def stats(self) -> dict:
         out = {layer.name: dict(layer.stats) for layer in self.layers}
-        out["stack"] = {"errors": self.errors}
+        out["stack"] = {"errors": self.errors, "wire_version": self.wire_version}
         return out

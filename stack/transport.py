@@ -6,6 +6,11 @@ loops messages for the local member straight back up, and on the way up decodes 
 validates bundles, dropping and counting anything malformed, foreign or not for us.
 With a cluster key every packet is sealed on the way out (``flush``) and opened on the way in
 (``receive``, before decoding): see ``auth.py``.
+
+Wire versions (``wire.py``): multicasts and unicasts to members of the current view go in the
+view's version (``View.wire_version``, adopted when GMS installs the view, after its flush);
+everything else - unicasts to addresses outside the view, ``EmitTo`` (discovery, INFO) - in
+version 1, which every build reads. Bundles are kept per destination and version.
 """
 from __future__ import annotations
 
@@ -14,8 +19,9 @@ from typing import Any, Optional, Union
 
 from . import wire
 from .auth import Auth, AuthError
-from .errors import MessageTooLarge
-from .events import AddPhysical, EmitTo, GetBundleRoom, GetPhysical, ViewInstalled
+from .errors import ConfigError, MessageTooLarge
+from .events import (AddPhysical, EmitTo, GetBundleRoom, GetPhysical, ViewInstalled,
+                     WireVersions)
 from .layer import MCAST, Layer
 from .message import NO_LOOPBACK, Message
 from .transport_frag import FRAG_HEADER, Fragmenter
@@ -74,6 +80,13 @@ class TransportConfig:
     """Packets per sender that may arrive out of order (newest counter minus this) before
     older ones are refused as replays. Larger tolerates more reordering; retransmission
     recovers what falls out of it."""
+    wire_versions: tuple = (1, 1)
+    """The wire formats this member speaks, ``(lowest, highest)`` of ``wire.VERSIONS``
+    (MySQL Group Replication's version handshake): a group speaks the highest version every
+    member has, and refuses a joiner whose range has none in common with the group's. (1, 2)
+    speaks the next format once every member does; (2, 2) no longer joins a group at 1.
+    Upgrade a running group by restarting its members one by one with the wider range.
+    Gossip mode stays at 1 (it has no agreed views to switch at)."""
     gc_threshold: Optional[tuple] = (10_000, 20, 20)
     """The asyncio runtime raises CPython's garbage-collector thresholds (``gc.set_threshold``,
     process-wide, only ever upwards) to at least these when a channel starts. The stack keeps
@@ -82,13 +95,27 @@ class TransportConfig:
     the collector alone."""
 
 
+def check_wire_versions(value: Any) -> tuple:
+    """``value`` as a ``(lowest, highest)`` range of versions this build speaks, or
+    ConfigError."""
+    ok = isinstance(value, (tuple, list)) and len(value) == 2 and \
+        all(type(v) is int for v in value)
+    if not ok or not wire.VERSIONS[0] <= value[0] <= value[1] <= wire.VERSIONS[-1]:
+        raise ConfigError(f"transport.wire_versions must be (lowest, highest) with "
+                          f"{wire.VERSIONS[0]} <= lowest <= highest <= {wire.VERSIONS[-1]} "
+                          f"(the versions this build speaks), not {value!r}")
+    return tuple(value)
+
+
 class Transport(Layer):
     name = "transport"
 
     def __init__(self, config: TransportConfig):
         super().__init__(config)
+        self.wire_range = check_wire_versions(config.wire_versions)
         self.phys: dict = {}
         self.members: tuple = ()
+        self.in_view: frozenset = frozenset()
         self.loopback: list[Message] = []
         self.flush_scheduled = False
         self.fan_out = config.kind == "tcp" or not config.ip_multicast
@@ -101,7 +128,16 @@ class Transport(Layer):
             self.auth = Auth(cfg.cluster_key, cfg.auth_mode, ctx.local.uid, cfg.replay_window)
             self.receive = self._receive_sealed  # the unauthenticated path stays untouched
         room = cfg.max_bundle_size - (self.auth.overhead if self.auth else 0)
-        self.bundler = wire.Bundler(ctx.cluster, ctx.local.uid, room)
+        lo, hi = self.wire_range
+        self.bundlers = {v: wire.Bundler(ctx.cluster, ctx.local.uid, room, v)
+                         for v in sorted({wire.VERSION, *range(lo, hi + 1)})}
+        self.accept = frozenset(self.bundlers)
+        self.prefixes = tuple(b.prefix for b in self.bundlers.values())
+        self.base = self.bundlers[wire.VERSION]  # the handshake format
+        self.bundler = self.base                 # the current view's format
+        self.version = wire.VERSION
+        self.max_message = min(b.max_message for b in self.bundlers.values())
+        """Largest packed message that fits one bundle of any version."""
         self.frag = Fragmenter(self.stats, cfg.max_message_size, cfg.frag_pending_total,
                                cfg.frag_timeout_s)
 
@@ -114,11 +150,14 @@ class Transport(Layer):
                                      msg.payload)
         st = self.stats
         st["sent_msgs"] += 1
-        add = self.bundler.add
-        if len(packed) > self.bundler.max_message and dest != local:
+        bundler = self.bundler
+        if bundler is not self.base and dest is not None and dest not in self.in_view:
+            bundler = self.base  # outside our view: maybe a build that reads version 1 only
+        add = bundler.add
+        if len(packed) > self.max_message and dest != local:
             # too large for one bundle: its fragments instead (transport_frag)
             packed = self._split(None if dest is None else dest.uid, msg.flags, packed)
-            add = self.bundler.add_many
+            add = bundler.add_many
         if dest is None:
             if self.fan_out:
                 phys = self.phys
@@ -144,7 +183,7 @@ class Transport(Layer):
         if len(packed) > self.config.max_message_size:
             raise MessageTooLarge(f"{len(packed)} bytes packed; at most "
                                   f"{self.config.max_message_size} (transport max_message_size)")
-        return self.frag.split(dest_uid, flags, packed, self.bundler.max_message)
+        return self.frag.split(dest_uid, flags, packed, self.max_message)
 
     def _schedule_flush(self) -> None:
         if not self.flush_scheduled:
@@ -154,12 +193,13 @@ class Transport(Layer):
     def flush(self) -> None:
         self.flush_scheduled = False
         emit, st, auth = self.ctx.host.emit, self.stats, self.auth
-        for dest, data in self.bundler.drain():
-            if auth is not None:
-                data = auth.seal(data)
-            st["sent_packets"] += 1
-            st["sent_bytes"] += len(data)
-            emit(dest, data)
+        for bundler in self.bundlers.values():
+            for dest, data in bundler.drain():
+                if auth is not None:
+                    data = auth.seal(data)
+                st["sent_packets"] += 1
+                st["sent_bytes"] += len(data)
+                emit(dest, data)
         if self.loopback:
             batch, self.loopback = self.loopback, []
             self.above.up(batch)
@@ -186,11 +226,11 @@ class Transport(Layer):
         """Entry point for the runtime: one datagram or frame (``auth_uid``, ``size``: the
         authenticated sender and packet size, from ``_receive_sealed``)."""
         st = self.stats
-        if auth_uid is None and type(data) is bytes and data.startswith(self.bundler.prefix):
+        if auth_uid is None and type(data) is bytes and data.startswith(self.prefixes):
             st["dropped_own"] += 1  # our multicast echoed by the kernel: not even decoded
             return
         try:
-            sender_uid, msgs = wire.decode(data, self.ctx.cluster)
+            sender_uid, msgs = wire.decode(data, self.ctx.cluster, self.accept)
         except wire.DecodeError as e:
             st["dropped_" + e.reason] += 1
             return
@@ -238,10 +278,11 @@ class Transport(Layer):
             m.sender = self.ctx.local
             uid = None if m.dest is None else m.dest.uid
             packed = wire.encode_message(uid, m.flags, m.headers, m.payload)
-            if len(packed) > self.bundler.max_message:
-                self.bundler.add_many(ev.phys, self._split(uid, m.flags, packed))
+            # to a physical address (discovery, INFO): whoever listens there, in version 1
+            if len(packed) > self.max_message:
+                self.base.add_many(ev.phys, self._split(uid, m.flags, packed))
             else:
-                self.bundler.add(ev.phys, packed)
+                self.base.add(ev.phys, packed)
             self._schedule_flush()
             return None
         if t is AddPhysical:
@@ -251,13 +292,32 @@ class Transport(Layer):
         if t is GetPhysical:
             return self.ctx.host.local_phys if ev.addr is None else self.phys.get(ev.addr)
         if t is GetBundleRoom:
-            return self.bundler.max_message
+            return self.max_message
+        if t is WireVersions:
+            return self.wire_range
         if t is ViewInstalled:
-            self.members = ev.view.members
-            keep = set(ev.view.members)
+            view = ev.view
+            self.members = view.members
+            keep = self.in_view = frozenset(view.members)
             if len(self.phys) > 4 * len(keep) + 64:  # bound the cache of departed members
                 self.phys = {a: p for a, p in self.phys.items() if a in keep}
+            if self.ctx.local in keep:  # (a view that drops us is not ours to speak)
+                self._switch(view.wire_version)
         return None
+
+    def _switch(self, version: int) -> None:
+        """Speak ``version`` from now on (a view was installed: its flush is done, so no
+        message of the old view is still to be sent in it). Messages already bundled keep
+        the version they were packed for."""
+        if version == self.version:
+            return
+        if version not in self.bundlers:  # a view that says we speak what we do not
+            self.stats["views_version_unsupported"] += 1
+            return
+        self.stats["version_switches"] += 1
+        self.ctx.log(f"wire version {self.version} -> {version}")
+        self.version = version
+        self.bundler = self.bundlers[version]
 
     @property
     def pending_frag_bytes(self) -> int:

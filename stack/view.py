@@ -7,6 +7,10 @@ from typing import Any, Optional
 
 from .address import Address
 
+BASE_RANGE = (1, 1)
+"""The wire versions of a member that says nothing about them: version 1, the handshake
+format (every build reads and writes it)."""
+
 
 @total_ordering
 @dataclass(frozen=True)
@@ -30,6 +34,22 @@ class View:
     # Filled by later layers (primary component); a plain agreed view is primary.
     primary: bool = True
     primary_id: int = 0
+    versions: tuple = field(default=(), compare=False)
+    """Each member's wire versions, ``(lowest, highest)``, in ``members`` order; empty:
+    every member at ``BASE_RANGE``."""
+
+    @property
+    def wire_version(self) -> int:
+        """The version the view speaks, computed alike by every member from the view: the
+        highest one every member has (the lowest of their highest), or 1, which every build
+        speaks, when their ranges have none in common (the coordinator refuses such joiners
+        and merges; only a race between coordinators could build such a view)."""
+        lo, hi = common_range(self.versions)
+        return hi if lo <= hi else 1
+
+    def ranges(self) -> dict:
+        """{member: (lowest, highest)}."""
+        return dict(zip(self.members, self.versions or (BASE_RANGE,) * len(self.members)))
 
     @property
     def coordinator(self) -> Address:
@@ -79,16 +99,53 @@ class Left:
     reason: str = "left"
 
 
+def common_range(ranges) -> tuple:
+    """``(max lowest, min highest)`` of wire version ranges: the versions all of them speak
+    (none when lowest > highest); ``BASE_RANGE`` for none."""
+    ranges = list(ranges)
+    if not ranges:
+        return BASE_RANGE
+    return max(lo for lo, _ in ranges), min(hi for _, hi in ranges)
+
+
+def version_differences(ours: tuple, theirs: tuple) -> list:
+    """``[["transport.wire_versions", ours, theirs]]`` when two wire version ranges (a
+    group's common range and a joiner's, or two subgroups') have no version in common, else
+    [] (the format of ``Gms.differences``)."""
+    if theirs[0] <= ours[1] and ours[0] <= theirs[1]:
+        return []
+    return [["transport.wire_versions", list(ours), list(theirs)]]
+
+
+def range_from_wire(obj: Any) -> tuple:
+    """``[lowest, highest]`` from the wire; ValueError/TypeError when it is not one."""
+    lo, hi = obj
+    if type(lo) is not int or type(hi) is not int or not 1 <= lo <= hi:
+        raise ValueError(f"not a wire version range: {obj!r}")
+    return lo, hi
+
+
 def view_to_wire(view: View) -> list:
-    return [view.view_id.coord.uid, view.view_id.id, [[m.uid, m.name] for m in view.members]]
+    """``[coord uid, counter, [[uid, name], ...]]``, plus the members' wire version ranges
+    when any is not ``BASE_RANGE`` (so that builds from before versions read the views of a
+    group still at version 1)."""
+    out = [view.view_id.coord.uid, view.view_id.id, [[m.uid, m.name] for m in view.members]]
+    if any(r != BASE_RANGE for r in view.versions):
+        out.append([list(r) for r in view.versions])
+    return out
 
 
 def view_from_wire(obj: Any, book) -> View:
     """Parse a view; raises ValueError/TypeError on malformed input (callers count and drop)."""
-    coord_uid, counter, members = obj
-    if type(counter) is not int or type(members) is not list or not members:
+    coord_uid, counter, members, *rest = obj
+    if type(counter) is not int or type(members) is not list or not members or len(rest) > 1:
         raise ValueError("malformed view")
     mem = tuple(book.get(uid, str(name)) for uid, name in members)
     if len(set(mem)) != len(mem):
         raise ValueError("duplicate members in view")
-    return View(ViewId(book.get(coord_uid), counter), mem)
+    versions = ()
+    if rest:
+        if type(rest[0]) is not list or len(rest[0]) != len(mem):
+            raise ValueError("wire versions not in view order")
+        versions = tuple(range_from_wire(r) for r in rest[0])
+    return View(ViewId(book.get(coord_uid), counter), mem, versions=versions)

@@ -126,6 +126,12 @@ class Channel:
         return self.stack.local
 
     @property
+    def wire_version(self) -> Optional[int]:
+        """The wire format the group speaks here (``View.wire_version`` of the view this
+        member installed last; None before connect). See ``TransportConfig.wire_versions``."""
+        return self.stack.wire_version if self.stack is not None else None
+
+    @property
     def physical_address(self):
         return self.runtime.local_phys if self.runtime else None
 

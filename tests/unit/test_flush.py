@@ -6,6 +6,8 @@ Header layouts: START_FLUSH [11, fid, removed_uids, [coord_uid, counter]],
 FLUSH_OK [12, fid, view_wire, digest_wire], FLUSH_CUT [13, fid, cut_wire],
 FLUSH_DONE [14, fid]; fid = [coordinator uid, its flush counter].
 """
+import dataclasses
+
 import pytest
 
 from raygroups.stack.address import Address
@@ -505,6 +507,34 @@ def test_the_merge_leader_flushes_its_subgroup_before_asking_the_others():
     assert isinstance(v, MergeView) and v.members == (s.local, s.b, s.c, s.x, s.y)
     assert [sg.view_id for sg in v.subgroups] == [ViewId(s.local, 2), ViewId(s.x, 4)]
     assert writable(s)[-1] is True and not s.gms.busy
+
+
+def test_a_merge_of_three_leaves_out_a_subgroup_without_a_version_in_common_with_those_before():
+    """Our subgroup speaks [1, 2]; Z's [2, 2] and X's [1, 1] each have a version in common
+    with ours (so neither refused), but not with each other: the MergeView takes Z, the
+    first after us, and leaves X out (its merge times out and it carries on)."""
+    s = coordinator()
+    s.gms.view = dataclasses.replace(s.gms.view, versions=((1, 2),) * 3)
+    s.x, s.z = s.ctx.book.add(HIGH), s.ctx.book.add(Address(b"\xfe" * 16, "Z"))
+    for _ in range(2):
+        s.gms.up_event(MergeInfo(s.x, s.x, 4, True))
+        s.gms.up_event(MergeInfo(s.z, s.z, 6, True))
+    s.gms.merger.check()
+    run_flush(s)
+    reqs = sent(s, MERGE_REQ)
+    assert sorted(m.dest for m in reqs) == sorted([s.x, s.z])
+    assert all(hdr(m)[3] == [1, 2] for m in reqs)  # our subgroup's versions
+    mid = hdr(reqs[0])[1]
+    for coord, versions in ((s.x, ((1, 1),)), (s.z, ((2, 2),))):
+        v = View(ViewId(coord, 4), (coord,), versions=versions)
+        s.up(Message(s.local, b"", INTERNAL,
+                     {5: [MERGE_RSP, mid, True, [view_to_wire(v), [[coord.uid, 1]], []]]}, coord))
+    [inst] = sent(s, INSTALL_MERGE)
+    assert inst.dest == s.z and s.gms.stats["merges_incompatible"] == 1
+    loopback(s)
+    v = views(s)[-1]
+    assert isinstance(v, MergeView) and v.members == (s.local, s.b, s.c, s.z)
+    assert v.versions == ((1, 2),) * 3 + ((2, 2),) and v.wire_version == 2
 
 
 def test_a_higher_coordinator_does_not_lead_the_merge():

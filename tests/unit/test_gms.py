@@ -1,25 +1,28 @@
 """GMS in a sandwich (and over a real NAKACK for the join digest): joining, founding, the
 coordinator's pending membership and view bundling, JOIN_RSP, VIEW_ACKs, leaving, exclusion
-(singleton views, NOT_MEMBER, stale INFOs).
+(singleton views, NOT_MEMBER, stale INFOs), wire versions (refusals, the view's version).
 
 Every view change runs a FLUSH first (tests/unit/test_flush.py covers it in detail): a lone
 coordinator's flush completes at once (its own FLUSH_OK/DONE are handled locally, and the
 Below answers Catchup by calling back unless ``s.catchup_now`` is False); with peers,
 ``run_flush`` answers FLUSH_OK and FLUSH_DONE for them."""
+import random
+
 import msgpack
 import pytest
 
-from raygroups.stack.address import Address
+from raygroups.stack.address import Address, AddressBook
 from raygroups.stack.events import (AddPhysical, Catchup, Connect, FindMembers, GetDigest,
                                     GetPhysical, Leave, MemberDead, MembershipStatus, MergeInfo,
-                                    PingData, SetDigest, ViewInstalled)
+                                    PingData, SetDigest, ViewInstalled, WireVersions)
 from raygroups.stack.flush import FLUSH_CUT, FLUSH_DONE, FLUSH_OK, START_FLUSH
 from raygroups.stack.gms import (JOIN_DENIED, JOIN_REQ, JOIN_RSP, LEAVE_REQ, LEAVE_RSP, NOT_MEMBER,
                                  STALE_INFOS, VIEW, VIEW_ACK, Gms, GmsConfig, State)
 from raygroups.stack.gms_merge import MERGE_REQ, MERGE_RSP
 from raygroups.stack.message import CONTROL, INTERNAL, Message
 from raygroups.stack.nakack import MSG, NakAck, NakAckConfig
-from raygroups.stack.view import Left, View, ViewChange, ViewId, view_to_wire
+from raygroups.stack.view import (Left, MergeView, View, ViewChange, ViewId, view_from_wire,
+                                  view_to_wire)
 
 from .sandwich import Sandwich
 
@@ -175,7 +178,8 @@ def test_connect_discovers_then_joins_the_coordinator():
                PingData(a, ("10.0.0.3", 1), True, True, a)])
     [req] = sent(s, JOIN_REQ)
     assert req.dest == a and req.flags == CONTROL
-    assert hdr(req) == [JOIN_REQ, s.local.name, list(OWN_PHYS), {}]  # {}: agreed settings
+    # {}: agreed settings; [1, 1]: wire versions (the transport's, (1, 1) without one)
+    assert hdr(req) == [JOIN_REQ, s.local.name, list(OWN_PHYS), {}, [1, 1]]
     assert s.gms.state is State.JOINING and views(s) == []
 
 
@@ -853,3 +857,122 @@ def test_a_view_after_a_flush_makes_its_cut_stable():
     # a view without a cut (a join response, or a VIEW with nothing to catch up) does not
     s.up(Message(None, b"", INTERNAL, {5: view_hdr(View(ViewId(a, 7), (a, s.local, c)))}, a))
     assert len(s.below.events_of(Stability)) == 1
+
+
+# -- wire versions --------------------------------------------------------------------------
+def join_req_at(s, who, versions):
+    """``who``'s JOIN_REQ with the same agreed settings as ``s`` and wire versions
+    ``versions``."""
+    return Message(s.local, b"", CONTROL,
+                   {5: [JOIN_REQ, who.name, None, s.gms.config.agreed, list(versions)]}, who)
+
+
+def test_the_views_version_is_the_lowest_highest_of_its_members_ranges():
+    a, b, c = (Address.random(n, random.Random(i)) for i, n in enumerate("ABC"))
+    for versions, want in [((), 1), (((1, 1), (1, 2)), 1), (((1, 2), (1, 2), (1, 2)), 2),
+                           (((1, 2), (2, 2), (1, 2)), 2), (((2, 2), (2, 2), (2, 2)), 2),
+                           (((1, 1), (1, 2), (2, 2)), 1)]:  # none in common: 1, which all speak
+        members = (a, b, c)[:len(versions) or 3]
+        assert View(ViewId(a, 1), members, versions=versions).wire_version == want, versions
+    # on the wire: the members' ranges in view order, left out while all are (1, 1) (builds
+    # from before versions read those views); equality ignores them
+    plain = View(ViewId(a, 4), (a, b), versions=((1, 1), (1, 1)))
+    assert len(view_to_wire(plain)) == 3
+    wide = View(ViewId(a, 4), (a, b), versions=((1, 2), (1, 1)))
+    assert view_to_wire(wide)[3] == [[1, 2], [1, 1]]
+    book = AddressBook()
+    back = view_from_wire(view_to_wire(wide), book)
+    assert back == wide == plain and back.versions == ((1, 2), (1, 1))
+    assert view_from_wire(view_to_wire(plain), book).ranges() == {a: (1, 1), b: (1, 1)}
+    for bad in ([[1, 2]], [[1, 2], [2, 1]], [[0, 1], [1, 1]], [[1, 2], ["1", 2]], "x"):
+        with pytest.raises((ValueError, TypeError)):
+            view_from_wire([a.uid, 4, [[a.uid, "A"], [b.uid, "B"]], bad], book)
+
+
+def test_a_joiner_without_a_version_in_common_is_denied_naming_both_ranges():
+    s = coordinator()  # every member at (1, 1)
+    x, y = s.addr("X"), s.addr("Y")
+    s.up(join_req_at(s, x, (2, 2)), join_req_at(s, y, (1, 2)))
+    s.advance(0.1)
+    [denied] = sent(s, JOIN_DENIED)
+    assert denied.dest == x and hdr(denied) == [
+        JOIN_DENIED, [["transport.wire_versions", [1, 1], [2, 2]]]]
+    assert s.gms.stats["joins_denied"] == 1
+    run_flush(s)
+    [rsp] = sent(s, JOIN_RSP)
+    assert rsp.dest == y and hdr(rsp)[1][3] == [[1, 1], [1, 1], [1, 1], [1, 2]]
+    loopback(s)
+    assert views(s)[-1].members[-1] == y and views(s)[-1].wire_version == 1
+
+
+def test_pending_joiners_count_towards_the_groups_versions():
+    s = make()
+    s.below.answers[WireVersions] = (1, 2)
+    s.down_event(Connect())
+    rounds(s, [], [])
+    b = s.addr("B")
+    s.up(join_req_at(s, b, (1, 2)))
+    s.advance(0.01)
+    loopback(s)
+    s.up(ack(s, b, 2))
+    [installed] = s.below.events_of(ViewInstalled)[-1:]
+    assert installed.view.versions == ((1, 2), (1, 2)) and installed.view.wire_version == 2
+    s.below.take()
+    # an old joiner, then a (2, 2) one before the view with the first went out: the group
+    # will speak [1, 1], which the second does not
+    p, q = s.addr("P"), s.addr("Q")
+    s.up(join_req_at(s, p, (1, 1)), join_req_at(s, q, (2, 2)))
+    [denied] = sent(s, JOIN_DENIED)
+    assert denied.dest == q and hdr(denied)[1] == [["transport.wire_versions", [1, 1], [2, 2]]]
+    s.advance(0.1)
+    run_flush(s)
+    assert [m.dest for m in sent(s, JOIN_RSP)] == [p]
+
+
+def test_a_denied_joiner_names_both_ranges():
+    s = make()
+    s.below.answers[WireVersions] = (2, 2)
+    s.down_event(Connect())
+    a = s.addr("A")
+    rounds(s, [PingData(a, ("10.0.0.3", 1), True, True, a)])
+    [req] = sent(s, JOIN_REQ)
+    assert hdr(req)[4] == [2, 2]
+    s.up(Message(s.local, b"", INTERNAL,
+                 {5: [JOIN_DENIED, [["transport.wire_versions", [1, 1], [2, 2]]]]}, a))
+    [left] = s.above.events_of(Left)
+    assert "transport.wire_versions is [1, 1] in the group, [2, 2] here" in left.reason
+
+
+def test_a_member_installs_a_view_with_its_members_versions():
+    s = member()
+    view = View(ViewId(s.a, 6), (s.a, s.local, s.c), versions=((1, 2), (1, 2), (1, 2)))
+    s.up(Message(None, b"", INTERNAL, {5: view_hdr(view)}, s.a))
+    installed = s.below.events_of(ViewInstalled)[-1].view
+    assert installed.versions == ((1, 2),) * 3 and installed.wire_version == 2
+    # a merge view keeps them too
+    x = s.addr("X")
+    ours = [view, View(ViewId(x, 4), (x,), versions=((2, 2),))]
+    merged = View(ViewId(s.a, 8), (s.a, s.local, s.c, x), versions=((1, 2),) * 3 + ((2, 2),))
+    s.up(Message(None, b"", INTERNAL, {5: [VIEW, view_to_wire(merged), [], None,
+                                           [[view_to_wire(v) for v in ours], []]]}, s.a))
+    installed = s.below.events_of(ViewInstalled)[-1].view
+    assert isinstance(installed, MergeView) and installed.versions[-1] == (2, 2)
+    assert installed.wire_version == 2
+
+
+def test_a_merge_without_a_version_in_common_is_refused_until_a_view_changes():
+    s = coordinator()  # at [1, 1]
+    x = s.addr("X")
+    s.gms.up_event(MergeInfo(x, x, 9, True))
+    s.up(Message(s.local, b"", INTERNAL, {5: [MERGE_REQ, [x.uid, 1], {}, [2, 2]]}, x))
+    [rsp] = sent(s, MERGE_RSP, x)
+    assert hdr(rsp)[2:] == [False, [["transport.wire_versions", [1, 1], [2, 2]]]]
+    assert s.gms.stats["merges_refused"] == 1 and not s.gms.merger.busy
+    merger = s.gms.merger
+    assert merger._apart(x)  # we do not lead a merge with X while both views stay
+    s.gms.up_event(MergeInfo(x, x, 10, True))  # X's view changed: it may speak 1 now
+    assert not merger._apart(x)
+    # differing agreed settings keep the groups apart for good
+    s.up(Message(s.local, b"", INTERNAL, {5: [MERGE_REQ, [x.uid, 2], {"app.k": 1}, [1, 1]]}, x))
+    s.gms.up_event(MergeInfo(x, x, 11, True))
+    assert merger._apart(x)

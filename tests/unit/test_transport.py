@@ -1,14 +1,16 @@
 """The transport in a sandwich: packing, bundling per destination, loopback, fan-out, and
-validation of what arrives (drop and count, never raise)."""
+validation of what arrives (drop and count, never raise); wire versions (the view's version
+for view traffic, version 1 for the rest, bundles per destination and version)."""
 import msgpack
 import pytest
 
-from raygroups.stack import wire
+from raygroups.stack import StackConfig, wire
 from raygroups.stack.address import Address
-from raygroups.stack.errors import MessageTooLarge
+from raygroups.stack.errors import ConfigError, MessageTooLarge
 from raygroups.stack.events import AddPhysical, EmitTo, GetPhysical, ViewInstalled
 from raygroups.stack.layer import MCAST
 from raygroups.stack.message import NO_LOOPBACK, Message
+from raygroups.stack.sim import Simulation
 from raygroups.stack.transport import Transport, TransportConfig
 from raygroups.stack.view import View, ViewId
 
@@ -206,3 +208,118 @@ def test_physical_addresses():
     assert s.down_event(GetPhysical(s.local)) is None
     s.down_event(AddPhysical(s.b, ["10.0.0.22", 7800]))
     assert s.down_event(GetPhysical(s.b)) == ("10.0.0.22", 7800)
+
+
+# -- wire versions --------------------------------------------------------------------------
+def versions_of(s):
+    """[(dest, version)] of what was emitted, in order."""
+    return [(dest, msgpack.unpackb(data, raw=False)[0]) for dest, data in s.host.emitted]
+
+
+def v2_packet(sender_uid, msgs):
+    b = wire.Bundler(CLUSTER, sender_uid, 60_000, version=2)
+    for m in msgs:
+        b.add("x", wire.encode_message(*m))
+    [(_, data)] = list(b.drain())
+    return data
+
+
+def in_a_view_at_2(**cfg):
+    """A (1, 2) transport in view {me, B} where both speak (1, 2); C is outside the view."""
+    s = make(wire_versions=(1, 2), **cfg)
+    s.down_event(ViewInstalled(View(ViewId(s.local, 3), (s.local, s.b),
+                                    versions=((1, 2), (1, 2)))))
+    return s
+
+
+def test_a_version_1_reader_drops_a_version_2_bundle_and_counts_it():
+    data = v2_packet(b"\x07" * 16, [(None, 0, {}, b"next")])
+    assert msgpack.unpackb(data)[:2] == [2, CLUSTER] and len(msgpack.unpackb(data)) == 5
+    old = make()
+    old.layer.receive(data, ("10.0.0.7", 9000))
+    assert old.above.batches == [] and old.layer.stats["dropped_wrong_version"] == 1
+    assert dropped(old) == 1 and old.down_event(GetPhysical(Address(b"\x07" * 16))) is None
+    new = make(wire_versions=(1, 2))  # reads both
+    new.layer.receive(data, ("10.0.0.7", 9000))
+    new.layer.receive(packet(b"\x07" * 16, [(None, 0, {}, b"base")]), ("10.0.0.7", 9000))
+    assert [m.payload for m in new.above.messages] == [b"next", b"base"] and dropped(new) == 0
+    # (2, 2) still reads version 1, the handshake format; a version-2 frame must be whole
+    assert make(wire_versions=(2, 2)).layer.accept == {1, 2}
+    bad = msgpack.packb([2, CLUSTER, b"\x07" * 16, []])  # no extensions map
+    new.layer.receive(bad, None)
+    assert new.layer.stats["dropped_malformed"] == 1
+
+
+def test_handshake_traffic_is_version_1_and_view_traffic_at_the_views_version():
+    s = make(wire_versions=(1, 2))
+    s.down(Message(None, b"m"))  # not in a view yet: everything at 1
+    s.down(Message(s.b, b"u"))
+    s.advance(0)
+    assert versions_of(s) == [(MCAST, 1), (PB, 1)] and s.layer.version == 1
+    s = in_a_view_at_2()
+    assert s.layer.version == 2 and s.layer.stats["version_switches"] == 1
+    s.down(Message(None, b"mcast"))
+    s.down(Message(s.b, b"to a member"))
+    s.down(Message(s.c, b"to an outsider (JOIN_RSP, a merge, a VIEW to the excluded)"))
+    s.down_event(EmitTo(("10.9.9.9", 1), Message(None, b"discovery")))
+    s.down_event(EmitTo(MCAST, Message(None, b"INFO")))
+    s.advance(0)
+    got = {(dest, v): [m[3] for m in wire.decode(d, CLUSTER, frozenset({1, 2}))[1]]
+           for (dest, v), (_, d) in zip(versions_of(s), s.host.emitted)}
+    assert got == {(MCAST, 2): [b"mcast"], (PB, 2): [b"to a member"],
+                   (PC, 1): [b"to an outsider (JOIN_RSP, a merge, a VIEW to the excluded)"],
+                   (("10.9.9.9", 1), 1): [b"discovery"], (MCAST, 1): [b"INFO"]}
+
+
+def test_bundles_are_per_destination_and_version():
+    s = in_a_view_at_2()
+    s.down(Message(s.b, b"u1"))
+    s.down_event(EmitTo(PB, Message(None, b"ping")))  # same address, handshake format
+    s.down(Message(s.b, b"u2"))
+    s.advance(0)
+    assert versions_of(s) == [(PB, 1), (PB, 2)]
+    assert [[m[3] for m in msgs] for _, msgs in
+            ((d, wire.decode(x, CLUSTER, frozenset({1, 2}))[1]) for d, x in s.host.emitted)] == \
+        [[b"ping"], [b"u1", b"u2"]]
+    assert s.layer.stats["sent_packets"] == 2
+    # our own version-2 multicast echoed back is ours, like a version-1 one
+    s.layer.receive(v2_packet(s.local.uid, [(None, 0, {}, b"mine")]), None)
+    assert s.layer.stats["dropped_own"] == 1 and s.above.batches == []
+
+
+def test_the_version_follows_the_installed_view():
+    s = in_a_view_at_2()
+    # an old member joins: the next view is at 1 (the lowest highest of its members)
+    s.down_event(ViewInstalled(View(ViewId(s.local, 4), (s.local, s.b, s.c),
+                                    versions=((1, 2), (1, 2), (1, 1)))))
+    assert s.layer.version == 1
+    # a view that drops us is not ours to speak
+    s.down_event(ViewInstalled(View(ViewId(s.b, 5), (s.b,), versions=((1, 2),))))
+    assert s.layer.version == 1 and s.layer.stats["version_switches"] == 2
+    # a view claiming we speak what we do not: counted, we stay at 1 (which everyone reads)
+    old = make()
+    old.down_event(ViewInstalled(View(ViewId(old.b, 2), (old.b, old.local),
+                                      versions=((1, 2), (1, 2)))))
+    assert old.layer.version == 1 and old.layer.stats["views_version_unsupported"] == 1
+
+
+def test_a_message_of_the_largest_size_fits_a_bundle_of_either_version():
+    s = in_a_view_at_2(max_bundle_size=1000)
+    n = s.layer.max_message - len(wire.encode_message(None, 0, {}, b""))
+    assert s.layer.max_message == min(b.max_message for b in s.layer.bundlers.values())
+    s.down(Message(None, b"x" * (n - 2)))
+    s.down_event(EmitTo(MCAST, Message(None, b"y" * (n - 2))))
+    s.advance(0)
+    assert sorted(v for _, v in versions_of(s)) == [1, 2]
+    assert all(len(d) <= 1000 for _, d in s.host.emitted) and s.layer.stats["frag_messages"] == 0
+
+
+@pytest.mark.parametrize("bad", [(0, 1), (2, 1), (1, 3), ("1", 2), (True, 2), (1,), 2, None])
+def test_nonsense_wire_versions_are_a_config_error(bad):
+    with pytest.raises(ConfigError, match="transport.wire_versions must be"):
+        StackConfig.local(transport__wire_versions=bad)
+    cfg = StackConfig.local()
+    cfg.transport.wire_versions = bad  # set directly: refused when the stack is built
+    with pytest.raises(ConfigError):
+        Simulation(0).add_member("c", "m", cfg)
+    assert StackConfig.local(transport__wire_versions=[1, 2]).transport.wire_versions == (1, 2)
