@@ -117,7 +117,9 @@ class Writable:
 
 @dataclass
 class Leave:
-    """The application asked to leave."""
+    """The application asked to leave (or a layer did: ``reason`` then says why, and the
+    ``Left`` delivered at the end carries it)."""
+    reason: str = "left"
 
 
 @dataclass
