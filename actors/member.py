@@ -588,9 +588,10 @@ class MemberActor(QueueMethods):
 
     def members(self) -> list:
         """The view's members as this member sees them; ``recovery``: each one's recovery
-        status as the last state exchange carried it (MySQL Group Replication's member
-        state: ONLINE, IN_PROGRESS, SERVING_DONOR, OFFLINE; None in gossip mode, which has no
-        state exchange), the same answer at every member of the view."""
+        status as the last state exchange and the ordered announcements since carried it
+        (MySQL Group Replication's member state: ONLINE, RECOVERING, DONOR, OFFLINE, ERROR;
+        None in gossip mode, which has no state exchange), the same answer at every member
+        of the view."""
         ch = self._member_channel()
         view = ch.view
         attrs = ch.member_attributes()

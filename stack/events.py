@@ -117,7 +117,9 @@ class Writable:
 
 @dataclass
 class Leave:
-    """The application asked to leave."""
+    """The application asked to leave (or a layer did: ``reason`` then says why, and the
+    ``Left`` delivered at the end carries it)."""
+    reason: str = "left"
 
 
 @dataclass
@@ -197,8 +199,12 @@ class CollectExchange:
     """Sent up by PRIMARY at the start of a state exchange: layers above, and the
     application (``Stack.exchange_handlers``), add what they need agreed (the sequencer's
     delivered counters, the work queue's position) to ``data`` and answer it. Old-view
-    deliveries have all gone up before it."""
+    deliveries have all gone up before it. ``change``: the ViewChange being agreed on;
+    STATE_TRANSFER sets ``status``, this member's recovery status in that view (RECOVERING,
+    DONOR, ONLINE or ERROR, see stack/primary.py)."""
     data: dict
+    change: Any = None
+    status: Optional[str] = None
 
 
 @dataclass
@@ -208,6 +214,28 @@ class ExchangeResult:
     member, the same at every member of the view."""
     data: dict
     view_id: list = field(default_factory=list)
+
+
+@dataclass
+class MemberStatuses:
+    """Sent up by PRIMARY when a state exchange completed, after ExchangeResult and just
+    before the view (``view_id``, as on the wire): every member's recovery status as the
+    exchange carried it (``statuses``: {member: status}); the same at every member of the
+    view."""
+    statuses: dict
+    view_id: list
+
+
+@dataclass
+class StatusAnnounced:
+    """Sent up by PRIMARY when it applied an ordered status announcement of the view
+    ``view_id``: ``member`` is now ``status``; ``index`` numbers the view's announcements
+    from 1. Every member that completed the view's exchange applies the same announcements
+    in the same order (each one a prefix of them)."""
+    view_id: list
+    index: int
+    member: Address
+    status: str
 
 
 @dataclass

@@ -145,6 +145,7 @@ class Gms(Layer):
         self.highest_counter = 0              # no view id is ever created twice
         self.stale_infos: dict = {}  # member of our view -> INFOs of a newer view
         self.merge_held = False  # hold_merges: neither lead nor take part in a merge
+        self.leave_reason = "left"
         self.merger = Merger(self)
         self.flush = Flush(self)
 
@@ -367,7 +368,7 @@ class Gms(Layer):
             if self.state is not State.LEAVING:
                 self._become_singleton("excluded")
             elif view.view_id.coord != local:  # a leaving creator waits for the acks first
-                self._finish_leave("left")
+                self._finish_leave(self.leave_reason)
         elif self.state is State.LEAVING:
             self._request_leave()
         elif self.is_coord and (self.joins or self.leaves or self.suspects):
@@ -520,7 +521,7 @@ class Gms(Layer):
         or after ``view_ack_timeout_s``: while we wait, UNICAST retransmits what was lost."""
         self.tmp = []
         if not leavers:
-            self._finish_leave("left")
+            self._finish_leave(self.leave_reason)
             return
         counter = self.next_counter()
         for gone in leavers:
@@ -548,7 +549,7 @@ class Gms(Layer):
             self.ack_timer.cancel()
             self.ack_timer = None
         if self.state is State.LEAVING and self.ctx.local not in self.tmp:
-            self._finish_leave("left")
+            self._finish_leave(self.leave_reason)
         elif self.joins or self.leaves or any(m in self.suspects for m in self.tmp):
             self._schedule_view()
 
@@ -567,9 +568,11 @@ class Gms(Layer):
         self._emit_view(base, counter, final)
 
     # -- leaving --------------------------------------------------------------------------
-    def _leave(self) -> None:
+    def _leave(self, reason: str) -> None:
+        if self.state is not State.LEAVING and self.state is not State.LEFT:
+            self.leave_reason = reason  # what the Left at the end says
         if self.state is State.JOINING or self.state is State.IDLE:
-            self._finish_leave("left")
+            self._finish_leave(self.leave_reason)
             return
         if self.state is not State.MEMBER:
             return
@@ -657,7 +660,7 @@ class Gms(Layer):
             # our coordinator leaves with the last members, us among them
             if self.state is State.LEAVING and sender == self.coordinator:
                 self._send(sender, [VIEW_ACK, sender.uid, int(h[1])])
-                self._finish_leave("left")
+                self._finish_leave(self.leave_reason)
         elif typ == START_FLUSH:
             self.flush.on_start(sender, h[1], h[2], h[3])
         elif typ == FLUSH_OK:
@@ -751,7 +754,7 @@ class Gms(Layer):
             self._connect()
             return None
         if t is Leave:
-            self._leave()
+            self._leave(ev.reason)
             self.below.down_event(ev)  # layers below learn it too (store discovery: own file)
             return None
         if t is MemberDead:  # an external failure signal (e.g. Ray reported the actor dead)

@@ -21,6 +21,20 @@ STATE had come on its own; the same states, the same result. That is O(N) messag
 change instead of N multicasts to N members, and each distinct last-primary member list
 travels once, as a difference from the view (usually a few joiners), not once per member.
 REPORTs that arrive before the relay installed the view wait (a few views' worth, bounded).
+
+Recovery status (MySQL Group Replication's node_status): each member announces its own in
+its STATE; STATE_TRANSFER decides it for the view being agreed (``CollectExchange.status``):
+a joiner that waits for the state is RECOVERING, its donor DONOR, anyone else ONLINE. A
+change between views (the joiner got its state, the donor's joiners are done, a recovery
+failed: ERROR, the member leaves: OFFLINE; the last two are final) is announced in total
+order, as MySQL recomputes it from its ordered stream: the member unicasts it (ANNOUNCE) to
+the view's first member, which multicasts it (STATUS) once its round is done; every member
+applies the STATUSes of its last completed exchange's view in that one sender's FIFO order,
+after the view. So every member of a view answers ``attributes()`` the same at the view
+(the exchange's) and goes through the same sequence of answers after it, one per STATUS
+(each member a prefix: one that leaves the view early applies fewer). A change made during
+a round is sent once the round is done; an announcement a view change overtakes is lost,
+and the next exchange carries the status instead (the member's next STATE is sent after it).
 """
 from __future__ import annotations
 
@@ -29,16 +43,19 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .errors import NotPrimary
-from .events import CollectExchange, ExchangeResult, GetPhysical, Writable
+from .events import (CollectExchange, ExchangeResult, GetPhysical, Leave, MemberStatuses,
+                     StatusAnnounced, Writable)
 from .layer import Layer
 from .message import INTERNAL, Message
 from .view import ViewChange
 
-STATE, REPORT, STATES = 0, 2, 3
+STATE, REPORT, STATES, ANNOUNCE, STATUS = 0, 2, 3, 4, 5
 _BYTES = {bytes}
 _INTS = {int}
 EARLY_ROUNDS = 4  # views whose early REPORTs a relay keeps
-ONLINE, IN_PROGRESS, OFFLINE, SERVING_DONOR = "ONLINE", "IN_PROGRESS", "OFFLINE", "SERVING_DONOR"
+ONLINE, RECOVERING, DONOR, OFFLINE, ERROR = "ONLINE", "RECOVERING", "DONOR", "OFFLINE", "ERROR"
+STATUSES = (ONLINE, RECOVERING, DONOR, OFFLINE, ERROR)
+FINAL = (OFFLINE, ERROR)  # a member that leaves, or whose recovery failed, stays so
 
 
 @dataclass
@@ -82,7 +99,11 @@ class Primary(Layer):
         self.round: Optional[dict] = None
         self.held: list = []
         self.primary: Optional[bool] = None
-        self.attrs: tuple = ({}, 0)           # the last round's states and highest pid
+        # the last completed exchange: its view id (as on the wire), view, states and
+        # highest pid; and the statuses its view's STATUSes announced since, in order
+        self.attrs: tuple = (None, None, {}, 0)
+        self.announced: dict = {}
+        self.announcements = 0
         self.early: dict = {}                 # relay: vid -> {sender: REPORT} before its round
         # views whose round was interrupted here while they could have become primary at
         # members that finished it (ambiguous, as in dynamic voting): (coord uid, counter)
@@ -114,10 +135,13 @@ class Primary(Layer):
         if self.ctx.local not in view:
             self._finish()  # a view without us (we left or were excluded): nothing to agree
             return
+        ask = CollectExchange({}, change)
+        extra = self.above.up_event(ask)  # layers above add their state and our status
+        if ask.status is not None and self.status not in FINAL:
+            self.status = ask.status
         phys = self.below.down_event(GetPhysical())
         attrs = {"address": phys[0] if phys else None, "port": phys[1] if phys else None,
                  "status": self.status, **self.config.attributes}
-        extra = self.above.up_event(CollectExchange({}))  # layers above add their state
         if len(view) > self.config.relay_above:
             relay = view.members[0]
             self.round["relay"] = relay
@@ -134,34 +158,52 @@ class Primary(Layer):
                                      extra or {}, self._attempts_wire()]}))
 
     def up(self, batch: list) -> None:
+        self._split(batch, self._pass, self._on_header)
+
+    def _split(self, msgs: list, passing, handle) -> None:
+        """The messages without our header go to ``passing`` in runs, each one with it to
+        ``handle`` in its place between them (a malformed one is counted and dropped)."""
         out = []
-        for m in batch:
+        for m in msgs:
             h = m.headers.get(9)
             if h is None:
                 out.append(m)
                 continue
             if out:
-                self._pass(out)
+                passing(out)
                 out = []
             try:
-                if h[0] == STATES:
-                    self._on_states(h[1], h[2], h[3])
-                    continue
-                typ, vid, pid, members, attrs, extra, *rest = h
-                attempts = _attempts(rest[0] if rest else [])
-                if typ == REPORT and type(pid) is int and type(attrs) is dict \
-                        and type(extra) is dict:
-                    self._on_report(m.sender, vid, pid, members, attrs, extra, attempts)
-                    continue
-                if typ != STATE or type(pid) is not int or type(attrs) is not dict \
-                        or type(extra) is not dict or type(members) is not list \
-                        or not set(map(type, members)) <= _BYTES:
-                    raise ValueError("not a STATE")
-                self._on_state(m.sender, vid, pid, list(members), attrs, extra, attempts)
+                handle(m, h)
             except (TypeError, ValueError, IndexError, KeyError):
                 self.malformed()
         if out:
-            self._pass(out)
+            passing(out)
+
+    def _on_header(self, m: Message, h) -> None:
+        if h[0] == STATES:
+            self._on_states(h[1], h[2], h[3])
+            return
+        if h[0] == ANNOUNCE:
+            _, vid, status = h
+            self._on_announce(m.sender, vid, _status(status))
+            return
+        if h[0] == STATUS:
+            if self.round is not None and h[1] == self.round["vid"]:
+                self._pass([m])  # applied after the view, in its place among the held
+            else:
+                self._on_status(m, h)
+            return
+        typ, vid, pid, members, attrs, extra, *rest = h
+        attempts = _attempts(rest[0] if rest else [])
+        if typ == REPORT and type(pid) is int and type(attrs) is dict \
+                and type(extra) is dict:
+            self._on_report(m.sender, vid, pid, members, attrs, extra, attempts)
+            return
+        if typ != STATE or type(pid) is not int or type(attrs) is not dict \
+                or type(extra) is not dict or type(members) is not list \
+                or not set(map(type, members)) <= _BYTES:
+            raise ValueError("not a STATE")
+        self._on_state(m.sender, vid, pid, list(members), attrs, extra, attempts)
 
     def _pass(self, msgs: list) -> None:
         if self.round is None:
@@ -280,10 +322,13 @@ class Primary(Layer):
             pid = max(max_pid + 1, view.view_id.id) if quorate else 0
             # kept as received; ``attributes()`` builds its answer when asked (a dict per
             # member per member and view would be N^2 small objects in a large group)
-            self.attrs = (states, max_pid)
+            self.attrs = (r["vid"], view, states, max_pid)
+            self.announced, self.announcements = {}, 0
         if states:
             self.above.up_event(ExchangeResult({a: st[3] for a, st in states.items()},
                                                r["vid"]))
+            self.above.up_event(MemberStatuses({a: st[2].get("status")
+                                                for a, st in states.items()}, r["vid"]))
         if quorate:
             self.last_pid, self.last_members = pid, [m.uid for m in view.members]
             self.attempts.clear()  # a primary with a majority of each: no longer ambiguous
@@ -291,6 +336,10 @@ class Primary(Layer):
         else:
             self.stats["non_primary_views"] += 1
         self._deliver(r["change"], quorate, pid)
+        for sender, status in r.get("forwards", ()):  # we order the view's announcements
+            self._on_announce(sender, r["vid"], status)
+        if r.get("announce"):
+            self._forward_status()
 
     def _note_attempt(self, r: dict) -> None:
         """An interrupted round's view may have become primary at the members that finished
@@ -340,7 +389,63 @@ class Primary(Layer):
         self.above.up_event(dataclasses.replace(change, view=view))
         held, self.held = self.held, []
         if held:
-            self.above.up(held)
+            self._split(held, self.above.up, self._on_status)
+
+    # -- recovery status ----------------------------------------------------------------
+    def _set_status(self, status: str) -> None:
+        """This member's status changed: announce it (in total order, through the view's
+        first member), or once the round in progress is done."""
+        if self.status in FINAL or status == self.status:
+            return
+        self.status = status
+        if self.round is not None:
+            self.round["announce"] = True  # an interrupting view's STATE carries it instead
+        else:
+            self._forward_status()
+
+    def _forward_status(self) -> None:
+        vid, view = self.attrs[0], self.attrs[1]
+        if vid is None or self.ctx.local not in view:
+            return
+        orderer = view.members[0]
+        if orderer == self.ctx.local:
+            self._on_announce(orderer, vid, self.status)
+        else:
+            self.below.down(Message(orderer, b"", INTERNAL, {9: [ANNOUNCE, vid, self.status]}))
+
+    def _on_announce(self, sender, vid, status: str) -> None:
+        """The view's first member: put a member's status change into the view's order
+        (once its own round for the view is done; stale ones are dropped, the next exchange
+        carries the status)."""
+        r, local = self.round, self.ctx.local
+        if r is not None:
+            view = r["change"].view
+            if vid == r["vid"] and view.members[0] == local and sender in view:
+                forwards = r.setdefault("forwards", [])
+                if len(forwards) < 4 * len(view):  # a few changes per member and view
+                    forwards.append((sender, status))
+                    return
+        elif self.attrs[1] is not None and vid == self.attrs[0] and \
+                self.attrs[1].members[0] == local and sender in self.attrs[1]:
+            self.stats["statuses_ordered"] += 1
+            self.below.down(Message(None, b"", INTERNAL, {9: [STATUS, vid, sender.uid, status]}))
+            return
+        self.stats["stale_announcements"] += 1
+
+    def _on_status(self, m: Message, h: list) -> None:
+        """A STATUS of the view of our last exchange, from its first member: applied."""
+        _, vid, uid, status = h
+        status = _status(status)
+        view = self.attrs[1]
+        if view is None or vid != self.attrs[0] or m.sender != view.members[0]:
+            self.stats["stale_announcements"] += 1
+            return
+        member = next((a for a in view.members if a.uid == uid), None)
+        if member is None:
+            raise ValueError("STATUS of a non-member")
+        self.announced[member] = status
+        self.announcements += 1
+        self.above.up_event(StatusAnnounced(vid, self.announcements, member, status))
 
     def _set_primary(self, primary: bool) -> None:
         if primary != self.primary:
@@ -354,13 +459,18 @@ class Primary(Layer):
 
     # -- queries ----------------------------------------------------------------------------
     def down_event(self, ev: Any) -> Any:
-        if type(ev) is MemberAttributes:
-            states, max_pid = self.attrs
-            return {a: dict(s[2], primary_id=s[0], joiner=s[0] < max_pid)
+        t = type(ev)
+        if t is MemberAttributes:
+            _, _, states, max_pid = self.attrs
+            ann = self.announced
+            return {a: dict(s[2], primary_id=s[0], joiner=s[0] < max_pid,
+                            **({"status": ann[a]} if a in ann else {}))
                     for a, s in states.items()}
-        if type(ev) is SetStatus:
-            self.status = ev.status
+        if t is SetStatus:
+            self._set_status(_status(ev.status))
             return None
+        if t is Leave:
+            self._set_status(OFFLINE)
         return self.below.down_event(ev)
 
 
@@ -378,6 +488,12 @@ def _attempts(raw) -> list:
     return out
 
 
+def _status(status) -> str:
+    if status not in STATUSES:
+        raise ValueError(f"recovery status is one of {STATUSES}, not {status!r}")
+    return status
+
+
 def _newer(vid, than) -> bool:
     """View ids on the wire ([coord uid, counter]) compare by counter, then coordinator."""
     try:
@@ -393,5 +509,6 @@ class MemberAttributes:
 
 @dataclass
 class SetStatus:
-    """Announce this recovery status in the next state exchange."""
+    """This member's recovery status changed (STATE_TRANSFER): announced to every member
+    in total order, and in the next state exchange. OFFLINE and ERROR are final."""
     status: str

@@ -33,7 +33,9 @@ class Channel:
         node's DiscoverySupervisor); by default opened from ``config.store.url``. With a
         bootstrap file and no ``name``, the channel takes the next line's name (file order).
         ``get_state``/``set_state``: state transfer to joiners; get_state runs in delivery
-        order, so state kept by applying messages as they are delivered matches exactly."""
+        order, so state kept by applying messages as they are delivered matches exactly. A
+        joiner whose state never comes gets a StateTransferFailed event and leaves (ERROR in
+        ``member_attributes()`` meanwhile)."""
         self._state_handlers = (get_state, set_state)
         self._exchange_handlers: Optional[tuple] = None  # a service's (WorkQueues) part
         self.cluster = cluster
@@ -201,7 +203,9 @@ class Channel:
 
     def member_attributes(self) -> dict:
         """Every member's state-exchange attributes (address, port, status, primary_id,
-        joiner), the same answer on every member (MySQL Group Replication's FR-1)."""
+        joiner), the same answer on every member (MySQL Group Replication's FR-1): the last
+        exchange's, with the status changes announced since in their one order (ONLINE,
+        RECOVERING, DONOR, OFFLINE, ERROR; see stack/primary.py)."""
         self._check_open()
         return self.stack.member_attributes()
 

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from raygroups.stack.events import MemberStatuses, StatusAnnounced
 from raygroups.stack.message import Message
-from raygroups.stack.view import ViewChange
+from raygroups.stack.primary import DONOR, ERROR, OFFLINE, RECOVERING
+from raygroups.stack.state_transfer import StateTransferFailed
+from raygroups.stack.view import MergeView, ViewChange
 
 
 def _vid(view) -> tuple:
@@ -22,6 +25,15 @@ def _short(stream: bytes) -> str:
     return stream[:16].hex().lstrip("0")[:8] + stream[16:].decode()
 
 
+def _statuses(anns: list) -> list:
+    return [f"{_short(u)}:{s}" for u, s in anns]
+
+
+def _first_views(m) -> list:
+    """The first view of each of m's incarnations."""
+    return [ev.view for ev in m.events if type(ev) is ViewChange and ev.previous is None]
+
+
 def _member_of(change: ViewChange, member) -> bool:
     """Whether the member that got ``change`` belongs to the new view (an excluded member
     sees the view that drops it, but does not move into it)."""
@@ -35,6 +47,12 @@ class History:
         self.sent = []          # (sender_uid, k, frozenset(view member uids at send time))
         self.counters = defaultdict(int)
         self.primary_at_send = []
+        self.asked_to_leave = set()  # member names
+
+    def leave(self, m) -> None:
+        """The application of m leaves the group."""
+        self.asked_to_leave.add(m.name)
+        m.leave()
 
     def send(self, m, ordered: bool = False) -> None:
         """Multicast the next numbered message from member m (if it can send now). Ordered
@@ -177,6 +195,88 @@ class History:
                     current, got = nxt, set()
                 elif isinstance(ev, Message):
                     got.add(_parse(ev.payload))
+
+    def statuses_by_view(self, m) -> dict:
+        """view id -> (the recovery statuses m answered at the view, {uid: status}; then
+        [(uid, status)] per ordered announcement it applied in that view, in order)."""
+        out, current = {}, None
+        for ev in m.events:
+            t = type(ev)
+            if t is MemberStatuses:
+                current = tuple(ev.view_id)
+                out[current] = ({a.uid: s for a, s in ev.statuses.items()}, [])
+            elif t is StatusAnnounced:
+                key = tuple(ev.view_id)
+                if key != current or ev.index != len(out[key][1]) + 1:
+                    self.fail(f"{m.name} applied status announcement {ev.index} of view "
+                              f"{key[1]} out of its place")
+                out[key][1].append((ev.member.uid, ev.status))
+        return out
+
+    def check_statuses(self) -> None:
+        """MySQL Group Replication's FR-1 for the recovery status: every member that
+        completed a view's state exchange answers the same statuses at the view, then
+        applies the same ordered announcements in the same order (each a prefix: one that
+        leaves the view early applies fewer)."""
+        seen = {}  # view id -> (name, at the view, the longest announcements seen)
+        for m in self.sim.members:
+            for vid, (first, anns) in self.statuses_by_view(m).items():
+                name, other, longest = seen.setdefault(vid, (m.name, first, anns))
+                if other != first:
+                    diff = {_short(u): (other.get(u), first.get(u))
+                            for u in other.keys() | first.keys() if other.get(u) != first.get(u)}
+                    self.fail(f"{name} and {m.name} answered different recovery statuses at "
+                              f"view {vid[1]}: {diff}")
+                n = min(len(anns), len(longest))
+                if anns[:n] != longest[:n]:
+                    self.fail(f"{name} and {m.name} applied the status announcements of view "
+                              f"{vid[1]} differently: {_statuses(longest[:n])} vs "
+                              f"{_statuses(anns[:n])}")
+                if len(anns) > len(longest):
+                    seen[vid] = (m.name, first, anns)
+
+    def check_recovery(self) -> None:
+        """For a group whose members all register get_state and set_state: a member that
+        joined an existing group is RECOVERING in the state exchange of its first view (if
+        it completed it), its donor (that view's first member) DONOR unless it is not done
+        recovering itself or is leaving (ERROR and OFFLINE are final); a member whose recovery failed left, saying why (or crashed, or
+        its application had asked it to leave already: ``leave``).
+        Members are not restarted (their events are read as one incarnation's)."""
+        for m in self.sim.members:
+            exchanges = self.statuses_by_view(m)
+            for first in _first_views(m):
+                if len(first) == 1 or isinstance(first, MergeView):
+                    continue
+                at = exchanges.get(_vid(first))
+                if at is None:
+                    continue  # its first round was interrupted
+                me = next(u for u in m.uids if u in {a.uid for a in first.members})
+                donor = first.members[0].uid
+                if at[0].get(me) != RECOVERING:
+                    self.fail(f"{m.name} joined in view {first.view_id.id} as "
+                              f"{at[0].get(me)}, not {RECOVERING}")
+                if at[0].get(donor) not in (DONOR, RECOVERING, ERROR, OFFLINE):
+                    self.fail(f"the donor of {m.name} in view {first.view_id.id} was "
+                              f"{at[0].get(donor)}, not {DONOR}")
+            if any(type(ev) is StateTransferFailed for ev in m.events):
+                if m.alive:
+                    self.fail(f"{m.name}'s recovery failed, yet it stays")
+                if m.left is not None and m.name not in self.asked_to_leave and \
+                        not m.left.reason.startswith("recovery failed: "):
+                    self.fail(f"{m.name}'s recovery failed, but it left saying "
+                              f"{m.left.reason!r}")
+
+    def check_group(self) -> None:
+        """What a group that crashed, split and healed keeps: view agreement, virtual
+        synchrony, total order, the primary component, FIFO (with the holes a partition
+        leaves), no internal errors, the same recovery statuses everywhere."""
+        self.check_views()
+        self.check_virtual_synchrony()
+        self.check_total_order()
+        self.check_primary()
+        self.check_fifo(gaps=True)
+        self.check_errors()
+        self.check_statuses()
 
     def check_errors(self) -> None:
         for m in self.sim.members:

@@ -8,16 +8,22 @@ and crashes, and the rest split into two sides and heal. It never waits for live
 mutation may stall the group): the checkers run on whatever history the schedule made. The
 checks of delivery (FIFO without gaps, no loss) run on the schedule without faults, where
 every member stays and must deliver everything.
+
+The recovery-status checkers run on a schedule of their own: a founder, then four members
+that join at once and take its state (their announcements race each other), under the same
+loss, duplication and reordering.
 """
 import pytest
 
 from raygroups.stack import StackConfig
+from raygroups.stack.events import StatusAnnounced
 from raygroups.stack.gms import Gms
-from raygroups.stack.message import ORDERED
+from raygroups.stack.message import INTERNAL, ORDERED, Message
 from raygroups.stack.nakack import NakAck
-from raygroups.stack.primary import Primary
+from raygroups.stack.primary import DONOR, ONLINE, STATUS, Primary
 from raygroups.stack.sequencer import Sequencer
 from raygroups.stack.sim import Simulation, SimOptions
+from raygroups.stack.state_transfer import StateTransfer
 
 from .history import History
 
@@ -151,3 +157,92 @@ def test_a_mutation_of_the_protocol_fails_its_checker(monkeypatch, check, text, 
     found = first_violation(check, text)
     assert found is not None, f"the {check} checker missed its mutation on seeds {SEEDS}"
     print(f"{check}: seed {found[0]}: {found[1][:200]}")
+
+
+def recovery_schedule(seed: int) -> History:
+    sim = Simulation(seed, SimOptions(loss=0.05, duplicate=0.02, reorder=0.05,
+                                      delay_s=(0.0005, 0.003)))
+    h = History(sim)
+    ms = []
+
+    def add(name: str) -> None:
+        m = sim.add_member("g", name, CFG)
+        m.stack.layer("state_transfer").handlers(lambda: b"state", lambda data: None)
+        ms.append(m)
+    add("m0")
+    sim.run_for(1.0)
+    for i in range(1, 5):
+        add(f"m{i}")
+    sim.run_for(4.0)
+    return h
+
+
+RECOVERY_CHECKS = {
+    "statuses": lambda h: h.check_statuses(),
+    "recovery": lambda h: h.check_recovery(),
+}
+
+
+def _own_multicast(self):
+    """Each member multicasts its own change instead of through the view's first member."""
+    vid, view = self.attrs[0], self.attrs[1]
+    if vid is not None and self.ctx.local in view:
+        self.below.down(Message(None, b"", INTERNAL,
+                                {9: [STATUS, vid, self.ctx.local.uid, self.status]}))
+
+
+def _from_any_member(self, m, h):
+    """A STATUS applied from any member of the view, in the order it arrives here."""
+    _, vid, uid, status = h
+    view = self.attrs[1]
+    if view is not None and vid == self.attrs[0] and m.sender in view:
+        member = next(a for a in view.members if a.uid == uid)
+        self.announced[member] = status
+        self.announcements += 1
+        self.above.up_event(StatusAnnounced(vid, self.announcements, member, status))
+
+
+def _no_donor(status_in):
+    def patched(self, change):
+        s = status_in(self, change)
+        return ONLINE if s == DONOR else s
+    return patched
+
+
+def _never_donor(down_event):
+    def patched(self, ev):
+        if type(ev).__name__ == "SetStatus" and ev.status == DONOR:
+            return None
+        return down_event(self, ev)
+    return patched
+
+
+RECOVERY_MUTATIONS = [
+    ("statuses", "differently", lambda mp: (
+        mp.setattr(Primary, "_forward_status", _own_multicast),
+        mp.setattr(Primary, "_on_status", _from_any_member))),
+    ("recovery", "not DONOR", lambda mp: (
+        mp.setattr(StateTransfer, "_status_in", _no_donor(StateTransfer._status_in)),
+        mp.setattr(Primary, "down_event", _never_donor(Primary.down_event)))),
+]
+
+
+def test_unmutated_recovery_schedules_pass_the_status_checkers():
+    for seed in SEEDS[:10]:
+        h = recovery_schedule(seed)
+        for run in RECOVERY_CHECKS.values():
+            run(h)
+
+
+@pytest.mark.parametrize("check,text,mutate", RECOVERY_MUTATIONS,
+                         ids=[m[0] for m in RECOVERY_MUTATIONS])
+def test_a_mutation_of_the_recovery_status_fails_its_checker(monkeypatch, check, text, mutate):
+    mutate(monkeypatch)
+    for seed in SEEDS:
+        try:
+            RECOVERY_CHECKS[check](recovery_schedule(seed))
+        except AssertionError as e:
+            assert text in str(e), f"{check} failed otherwise: {e}"
+            print(f"{check}: seed {seed}: {str(e)[:200]}")
+            return
+    raise AssertionError(f"the {check} checker missed its mutation on seeds {SEEDS}")

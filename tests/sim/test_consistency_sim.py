@@ -2,7 +2,9 @@
 (seed 002): random crashes, partitions and heals with concurrent senders, half of them
 asking for total order. Checked on every run: virtual synchrony, total order agreement, at
 most one primary per primary view-id, view-id 0 outside a primary, nothing sent outside a
-primary; a 2+2 split of 4 gives no primary and a 3/2 split keeps the 3 side primary."""
+primary, the same recovery statuses at every member of each view; a 2+2 split of 4 gives no
+primary and a 3/2 split keeps the 3 side primary. (Joins with state transfer, and the
+recovery statuses they move: test_recovery_sim.py.)"""
 import pytest
 
 from raygroups.stack import NotPrimary, StackConfig
@@ -68,12 +70,7 @@ def test_virtual_synchrony_total_order_primary(sim_seed):
         sim.heal()
         traffic(sim, h, members, rng.uniform(0.2, 1.0))
     sim.run_until(lambda: one_view(members), 30, "one view after the last heal")
-    h.check_views()
-    h.check_virtual_synchrony()
-    h.check_total_order()
-    h.check_primary()
-    h.check_fifo(gaps=True)
-    h.check_errors()
+    h.check_group()
 
 
 @pytest.mark.seeds(50)

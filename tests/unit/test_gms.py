@@ -539,6 +539,15 @@ def test_graceful_leave_requests_at_once_and_finishes_on_the_view():
     assert s.gms.state is State.LEFT
 
 
+def test_a_leave_with_a_reason_ends_with_a_left_that_names_it():
+    s = member()
+    s.down_event(Leave("recovery failed: no state"))
+    s.down_event(Leave())  # a second request changes nothing
+    v6 = View(ViewId(s.a, 6), (s.a, s.c))
+    s.up(Message(s.local, b"", INTERNAL, {5: view_hdr(v6)}, s.a))
+    assert s.above.events_of(Left) == [Left("recovery failed: no state")]
+
+
 def test_leave_gives_up_when_no_view_comes():
     s = member()
     s.down_event(Leave())

@@ -5,7 +5,7 @@ import pytest
 from raygroups.stack.errors import NotPrimary
 from raygroups.stack.events import CollectExchange, ExchangeResult, GetPhysical, Writable
 from raygroups.stack.message import INTERNAL, Message
-from raygroups.stack.primary import (IN_PROGRESS, ONLINE, STATE, MemberAttributes, Primary,
+from raygroups.stack.primary import (RECOVERING, ONLINE, STATE, MemberAttributes, Primary,
                                      PrimaryConfig, SetStatus)
 from raygroups.stack.view import View, ViewChange, ViewId
 
@@ -239,21 +239,21 @@ def test_attributes_come_from_the_states_the_same_on_every_member():
          Message(None, b"", INTERNAL, {9: [STATE, vid(v), 2, [m.uid for m in last],
                                            {"status": ONLINE, "zone": "us"}, {}]}, s.b),
          Message(None, b"", INTERNAL, {9: [STATE, vid(v), 0, [],
-                                           {"status": IN_PROGRESS}, {}]}, s.c))
+                                           {"status": RECOVERING}, {}]}, s.c))
     attrs = s.down_event(MemberAttributes())
     assert attrs == {
         s.local: {"status": ONLINE, "zone": "eu", "primary_id": 2, "joiner": False},
         s.b: {"status": ONLINE, "zone": "us", "primary_id": 2, "joiner": False},
-        s.c: {"status": IN_PROGRESS, "primary_id": 0, "joiner": True}}
+        s.c: {"status": RECOVERING, "primary_id": 0, "joiner": True}}
     attrs[s.b] = None  # a copy
     assert s.down_event(MemberAttributes())[s.b]["zone"] == "us"
 
 
 def test_set_status_is_announced_in_the_next_exchange():
     s = make()
-    assert s.down_event(SetStatus(IN_PROGRESS)) is None
+    assert s.down_event(SetStatus(RECOVERING)) is None
     change(s, s.local)
-    assert s.below.sent[-1].headers[9][4]["status"] == IN_PROGRESS
+    assert s.below.sent[-1].headers[9][4]["status"] == RECOVERING
 
 
 def test_collect_exchange_gathers_the_layers_above_and_exchange_result_returns_them():

@@ -1,10 +1,13 @@
 """STATE_TRANSFER in a sandwich: the coordinator sends get_state() to each joiner when the
 view that adds it is delivered; a joiner holds deliveries and events until the state came
-(set_state), or until the timeout (StateTransferFailed)."""
+(set_state), or until the recovery failed (StateTransferFailed, ERROR, it leaves); the
+recovery status each one announces (RECOVERING, DONOR, ONLINE, ERROR)."""
 import pytest
 
-from raygroups.stack.events import Writable
+from raygroups.stack.events import (CollectExchange, Leave, MemberStatuses, StatusAnnounced,
+                                    Writable)
 from raygroups.stack.message import INTERNAL, Message
+from raygroups.stack.primary import DONOR, ERROR, ONLINE, RECOVERING, SetStatus
 from raygroups.stack.state_transfer import (STATE_RSP, StateTransfer, StateTransferConfig,
                                             StateTransferFailed)
 from raygroups.stack.view import MergeView, View, ViewChange, ViewId
@@ -142,17 +145,19 @@ def test_a_second_state_is_ignored():
     assert s.applied == [b"one"] and s.above.messages == []
 
 
-def test_no_state_within_the_timeout_releases_with_state_transfer_failed():
+def test_no_state_within_the_timeout_fails_the_recovery_the_member_is_error_and_leaves():
     s = make()
     ev = joined(s)
     m = Message(None, b"m", 0, {}, s.a)
     s.up(m)
     s.advance(4.99)
-    assert s.above.events == []
+    assert s.above.events == [] and s.below.events == []
     s.advance(0.02)
-    assert s.above.events == [ev, StateTransferFailed("no state from the coordinator")]
+    reason = "no state from the donor A within 5 s"
+    assert s.above.events == [ev, StateTransferFailed(reason)]
     assert s.above.messages == [m]
-    assert s.layer.stats["state_timeouts"] == 1
+    assert s.below.events == [SetStatus(ERROR), Leave(f"recovery failed: {reason}")]
+    assert s.layer.stats["state_timeouts"] == 1 and s.layer.stats["recoveries_failed"] == 1
     s.up(state_rsp(s, s.a))  # too late: not applied
     assert s.applied == []
 
@@ -192,3 +197,94 @@ def test_malformed_headers_are_counted_never_raised(header, waiting):
     assert s.applied == []
     s.up(state_rsp(s, s.a))
     assert [m.payload for m in s.above.messages] == [b"app"]
+
+
+# -- the recovery status --------------------------------------------------------------------
+def status_in(s, change):
+    """What the layer answers PRIMARY's CollectExchange for ``change``."""
+    ask = CollectExchange({}, change)
+    s.up_event(ask)
+    assert s.above.events.pop() is ask  # passed up at once, even while waiting
+    return ask.status
+
+
+def wire(view):
+    return [view.view_id.coord.uid, view.view_id.id]
+
+
+def test_a_joiner_is_recovering_in_its_first_view_and_online_once_set_state_ran():
+    s = make()
+    ev = vc(s.a, 4, (s.a, s.b, s.local))
+    assert status_in(s, ev) == RECOVERING
+    s.up_event(ev)
+    v5 = vc(s.a, 5, (s.a, s.local), prev=ev.view)  # B left meanwhile; A, our donor, stays
+    assert status_in(s, v5) == RECOVERING
+    s.up_event(v5)
+    assert s.below.events == []
+    s.up(state_rsp(s, s.a))
+    assert s.below.events == [SetStatus(ONLINE)]  # once the state is applied and released
+    assert s.above.events == [ev, v5]
+
+
+def test_a_founder_and_a_member_without_set_state_are_online():
+    s = make()
+    assert status_in(s, vc(s.local, 1, (s.local,))) == ONLINE
+    t = make(handlers=False)
+    assert status_in(t, vc(t.a, 4, (t.a, t.b, t.local))) == ONLINE
+
+
+def test_the_donor_is_donor_until_none_of_its_joiners_is_recovering():
+    s = make()
+    v1 = vc(s.local, 1, (s.local,))
+    s.up_event(v1)
+    assert s.below.events == [SetStatus(ONLINE)]
+    v2 = vc(s.local, 2, (s.local, s.c, s.a, s.b), prev=v1.view)
+    assert status_in(s, v2) == DONOR
+    s.up_event(MemberStatuses({s.local: DONOR, s.c: ONLINE, s.a: RECOVERING,
+                               s.b: RECOVERING}, wire(v2.view)))
+    s.up_event(v2)
+    assert s.below.events[-1] == SetStatus(DONOR) and s.layer.serving == {s.a, s.b}
+    s.below.events.clear()
+    s.up_event(StatusAnnounced(wire(v2.view), 1, s.c, ERROR))  # not ours: nothing changes
+    s.up_event(StatusAnnounced(wire(v2.view), 2, s.a, ONLINE))
+    assert s.below.events == []
+    s.up_event(StatusAnnounced(wire(v2.view), 3, s.b, ONLINE))
+    assert s.below.events == [SetStatus(ONLINE)] and s.layer.serving == set()
+    assert [type(e) for e in s.above.events] == [ViewChange, MemberStatuses, ViewChange,
+                                                 StatusAnnounced, StatusAnnounced,
+                                                 StatusAnnounced]
+
+
+def test_joiners_that_take_no_state_or_leave_free_the_donor():
+    s = make()
+    v1 = vc(s.local, 1, (s.local,))
+    s.up_event(v1)
+    v2 = vc(s.local, 2, (s.local, s.a), prev=v1.view)
+    # A has no set_state: the exchange says it is ONLINE, so we are done at once
+    s.up_event(MemberStatuses({s.local: DONOR, s.a: ONLINE}, wire(v2.view)))
+    s.up_event(v2)
+    assert s.below.events_of(SetStatus)[-1] == SetStatus(ONLINE) and s.layer.serving == set()
+    v3 = vc(s.local, 3, (s.local, s.a, s.b), prev=v2.view)
+    s.up_event(v3)  # an interrupted round: no statuses of this view, B counts as recovering
+    assert s.below.events_of(SetStatus)[-1] == SetStatus(DONOR)
+    v4 = vc(s.local, 4, (s.local, s.a), prev=v3.view)  # B is gone
+    assert status_in(s, v4) == ONLINE
+    s.up_event(v4)
+    assert s.below.events_of(SetStatus)[-1] == SetStatus(ONLINE) and s.layer.serving == set()
+
+
+def test_a_view_without_the_donor_fails_the_recovery_at_once():
+    s = make()
+    ev = joined(s)
+    m = Message(None, b"m", 0, {}, s.b)
+    s.up(m)
+    gone = vc(s.b, 5, (s.b, s.local), prev=ev.view)  # A crashed before its state came
+    assert status_in(s, gone) == ERROR  # the exchange of that view already says so
+    s.up_event(gone)
+    reason = "the donor A left before the state came"
+    assert s.above.events == [ev, StateTransferFailed(reason), gone]
+    assert s.above.messages == [m]
+    assert s.below.events == [SetStatus(ERROR), Leave(f"recovery failed: {reason}")]
+    assert s.layer.waiting is None and s.layer.timer is None
+    s.advance(10.0)  # the timeout was cancelled: no second failure
+    assert s.layer.stats["recoveries_failed"] == 1 and s.layer.stats["state_timeouts"] == 0
