@@ -9,11 +9,10 @@ timeout starts long and shrinks as independent confirmations arrive (scaled by l
 local-health score slows a member's own probing when it is the one missing acks.
 
 Rumors (ADD, SUSPECT, ALIVE, REMOVE) carry the rounds they still have to travel, starting at
-log2(2N)+1 (the gossip design); every round each holder piggybacks them on its pings, acks and
-``gossip_fanout`` extra messages. Received rumors are kept in a bounded cache ordered by
-arrival; each ping offers a (start, end, count) summary of a time frame old enough that
-propagation has finished, and a peer that holds more rumors in that frame sends them back
-(anti-entropy). Frames are expressed as ages, so clocks need not be synchronised.
+log2(2N)+1 (the gossip design), and their creation time; every round each holder piggybacks
+them on its pings, acks and ``gossip_fanout`` extra messages. Received rumors are kept in a
+bounded log ordered by creation time, and each ping offers a summary of one time frame to
+sync (the gossip design's anti-entropy: swim_sync.py).
 
 Modes: ``views`` probes the members of the installed view and sends MemberDead verdicts up
 to GMS; ``gossip`` keeps SWIM's own member list (ADD on subscribe, REMOVE on unsubscribe or
@@ -21,7 +20,6 @@ death) and sends MembersChanged up.
 """
 from __future__ import annotations
 
-import bisect
 import math
 from collections import OrderedDict
 from operator import attrgetter
@@ -32,11 +30,14 @@ from .events import (AddPhysical, DiscoveryTargets, EmitTo, GetPhysical, MemberD
                      MembersChanged, Subscribe, Suspect, Unsuspect, ViewInstalled)
 from .layer import Layer
 from .message import CONTROL, NO_LOOPBACK, Message
+from .swim_sync import FRAME_ROUNDS, RumorLog, frame
 
 PING, ACK, PING_REQ, NACK, RUMORS, SUBSCRIBE, UNSUBSCRIBE, UNSUB_ACK, PUSH_PULL = range(9)
 STATE_CHUNK = 400  # member entries per state message (one bundle holds ~1,000 short ones)
 ADD, SUSPECT, ALIVE, REMOVE = range(4)
 ALIVE_S, SUSPECT_S, DEAD_S = range(3)
+# A rumor on the wire: [kind, uid, incarnation, extra, rounds left, creation time]; extra is
+# the suspecter's uid (SUSPECT), [name, host, port] or None (ADD, ALIVE), None (REMOVE)
 
 
 @dataclass
@@ -61,9 +62,12 @@ class SwimConfig:
     max_piggyback: int = 16
     """Rumors carried per message."""
     rumor_cache: int = 10_000
-    """Received rumors kept for anti-entropy (the gossip design's default)."""
-    sync_batch: int = 64
-    """Rumors sent back in one anti-entropy answer."""
+    """Received rumors kept for anti-entropy (the gossip design's default; the log holds
+    up to twice this before it drops the oldest half)."""
+    sync_page: int = 200
+    """Rumors per page of an anti-entropy answer, which sends every rumor of the frame in as
+    many pages as it takes. A rumor packs to about 50 bytes, 120 with a 64-character name:
+    a page stays well within one 60 KB datagram."""
     max_health: int = 8
     """Ceiling of the local-health score (probe interval and timeout scale by 1 + score)."""
     announce_interval_s: float = 1.0
@@ -121,9 +125,8 @@ class Swim(Layer):
         self.probes: dict[int, _Probe] = {}
         self.relays: dict[int, tuple] = {}
         self.queue: dict = {}  # rumor key -> [rumor, rounds left, sent this round, rounds unsent]
-        self.seen: OrderedDict = OrderedDict()
-        self.ctimes: list[float] = []
-        self.crumors: list = []
+        self.seen: OrderedDict = OrderedDict()  # rumor key -> its creation time
+        self.log = RumorLog(config.rumor_cache)
         self.tombstones: OrderedDict = OrderedDict()
         self.leaving = None
         self.changed = False  # a MembersChanged report is scheduled
@@ -218,7 +221,7 @@ class Swim(Layer):
             # a fresh suspicion, or (Lifeguard) our own independent confirmation of one
             # already going round, which shortens its timeout everywhere
             self.stats["suspicions" if n.state == ALIVE_S else "confirmations"] += 1
-            rumor = [SUSPECT, n.addr.uid, n.inc, me, self._rounds()]
+            rumor = self._rumor(SUSPECT, n.addr.uid, n.inc, me)
             self._originate(rumor)
             self._send(n.addr, [RUMORS, 0], [rumor])  # tell the suspect directly
 
@@ -252,16 +255,16 @@ class Swim(Layer):
     def _rounds(self) -> int:
         return int(math.log2(2 * (len(self.nodes) + 1))) + 1
 
-    def _sync_summary(self) -> list:
-        rounds_s = self._rounds() * self.config.probe_interval_s
-        lo, hi = rounds_s, rounds_s + 4 * self.config.probe_interval_s
-        first, last = self._count_frame(lo, hi)
-        return [lo, hi, last - first]
+    def _rumor(self, kind: int, uid: bytes, inc: int, extra) -> list:
+        """A new rumor of ours: every round it has to travel, created now (wall clock)."""
+        return [kind, uid, inc, extra, self._rounds(), self.ctx.wall()]
 
-    def _count_frame(self, age_lo: float, age_hi: float) -> tuple[int, int]:
-        now = self.ctx.now()
-        return (bisect.bisect_left(self.ctimes, now - age_hi),
-                bisect.bisect_right(self.ctimes, now - age_lo))
+    def _self_rumor(self) -> list:
+        return self._rumor(ALIVE, self.ctx.local.uid, self.inc, self._self_info())
+
+    def _sync_summary(self) -> list:
+        start, end = frame(self.ctx.wall(), self._rounds(), self.config.probe_interval_s)
+        return [start, end, self.log.count(start, end)]
 
     # -- receiving ----------------------------------------------------------------------
     def up(self, batch: list) -> None:
@@ -309,7 +312,7 @@ class Swim(Layer):
             self._on_subscribe(sender, h[2], h[3])
         elif typ == UNSUBSCRIBE:
             n = self.nodes.get(sender)
-            self._originate([REMOVE, sender.uid, n.inc if n else 0, None, self._rounds()])
+            self._originate(self._rumor(REMOVE, sender.uid, n.inc if n else 0, None))
             self._send(sender, [UNSUB_ACK, 0])
         elif typ == UNSUB_ACK:
             if self.leaving is not None:
@@ -329,12 +332,24 @@ class Swim(Layer):
         if relay is not None:
             self._send(relay[0], [NACK, relay[1]])
 
-    def _answer_sync(self, sender, age_lo: float, age_hi: float, count: int) -> None:
-        lo, hi = self._count_frame(float(age_lo), float(age_hi))
-        if hi - lo > int(count):
-            rumors = self.crumors[lo:hi][-self.config.sync_batch:]
+    def _answer_sync(self, sender, start: float, end: float, count: int) -> None:
+        """A PING's frame summary: if we hold more rumors created in [start, end] than its
+        sender, send it every one of them, a page per message. A frame longer than twice
+        ours is cut to that (the answer stays bounded whatever a peer asks)."""
+        start, end, count = float(start), float(end), int(count)
+        if not (math.isfinite(start) and math.isfinite(end)):
+            raise ValueError("sync frame")
+        longest = 2 * FRAME_ROUNDS * self.config.probe_interval_s
+        if end - start > longest:
+            self.stats["sync_frames_cut"] += 1
+            start = end - longest
+        lo, hi = self.log.span(start, end)
+        if hi - lo > count:
+            pages = self.log.pages(lo, hi, self.config.sync_page)
             self.stats["sync_answers"] += 1
-            self.below.down(Message(sender, b"", CONTROL, {7: [RUMORS, 0, rumors]}))
+            self.stats["sync_pages"] += len(pages)
+            for page in pages:
+                self.below.down(Message(sender, b"", CONTROL, {7: [RUMORS, 0, page]}))
 
     # -- rumors -------------------------------------------------------------------------
     def _originate(self, rumor: list) -> None:
@@ -342,32 +357,37 @@ class Swim(Layer):
         self._apply(rumor, own=True)
 
     def _apply(self, rumor: list, own: bool = False, sender=None) -> None:
-        kind, uid, inc, extra, left = rumor
-        if type(inc) is not int or type(left) is not int:
-            raise TypeError
+        kind, uid, inc, extra, left, ctime = rumor
+        if type(inc) is not int or type(left) is not int or type(ctime) is not float:
+            raise TypeError("rumor")
+        if not math.isfinite(ctime):
+            raise ValueError("rumor creation time")
         addr = self.ctx.book.get(uid)
         uid = addr.uid  # the interned bytes: cached keys keep no copy from each packet
         key = (kind, uid, inc, extra if kind == SUSPECT else None)
-        if key in self.seen and not own:
-            if kind in (SUSPECT, REMOVE) and addr == self.ctx.local:
-                self._deny(inc, sender)  # the sender still holds it: it needs our answer
-            elif kind == ALIVE and self._refutes(addr, inc):
-                # seen while its member was not in our list yet (a joiner hears the group's
-                # rumors before its first view lists their members): the member's answer to
-                # a suspicion we took up since, the only one it will send (seed 15100480)
-                self.stats["late_refutations"] += 1
-                self._effect(kind, addr, inc, extra, sender)
-            return
-        self.seen[key] = True
-        if len(self.seen) > self.config.rumor_cache:
-            self.seen.popitem(last=False)
-        self.ctimes.append(self.ctx.now())
-        self.crumors.append((kind, uid, inc, extra, 0))
-        if len(self.ctimes) > 2 * self.config.rumor_cache:
-            del self.ctimes[:self.config.rumor_cache]
-            del self.crumors[:self.config.rumor_cache]
+        first = self.seen.get(key)
+        if first is not None:
+            if ctime < first:  # the same rumor, also made earlier (by another member)
+                self.seen[key] = ctime
+                self.log.restamp(key, first, ctime, (kind, uid, inc, extra, 0, ctime))
+            if not own:
+                if kind in (SUSPECT, REMOVE) and addr == self.ctx.local:
+                    self._deny(inc, sender)  # the sender still holds it: it needs our answer
+                elif kind == ALIVE and self._refutes(addr, inc):
+                    # seen while its member was not in our list yet (a joiner hears the
+                    # group's rumors before its first view lists their members): the
+                    # member's answer to a suspicion we took up since, the only one it
+                    # will send (seed 15100480)
+                    self.stats["late_refutations"] += 1
+                    self._effect(kind, addr, inc, extra, sender)
+                return
+        else:
+            self.seen[key] = ctime
+            if len(self.seen) > self.config.rumor_cache:
+                self.seen.popitem(last=False)
+            self.log.add(key, ctime, (kind, uid, inc, extra, 0, ctime))
         if self._effect(kind, addr, inc, extra, sender) and left > 1:
-            self.queue[key] = [[kind, uid, inc, extra, left], left - 1, 0, 0]
+            self.queue[key] = [[kind, uid, inc, extra, left, ctime], left - 1, 0, 0]
 
     def _effect(self, kind: int, addr, inc: int, extra, sender=None) -> bool:
         """Apply one rumor to the member list; True if it was news worth spreading."""
@@ -443,14 +463,14 @@ class Swim(Layer):
             self._refute(inc)
         elif sender is not None and sender != self.ctx.local:
             self.stats["stale_suspicions_answered"] += 1
-            alive = [ALIVE, self.ctx.local.uid, self.inc, self._self_info(), self._rounds()]
+            alive = self._self_rumor()
             self.below.down(Message(sender, b"", CONTROL, {7: [RUMORS, 0, [alive]]}))
 
     def _refute(self, inc: int) -> None:
         self.inc = inc + 1
         self.stats["refutations"] += 1
         self._health(+1)
-        rumor = [ALIVE, self.ctx.local.uid, self.inc, self._self_info(), self._rounds()]
+        rumor = self._self_rumor()
         self._originate(rumor)
         # multicast the KEEP-ALIVE at once: the whole group learns in one hop
         self.below.down(Message(None, b"", CONTROL | NO_LOOPBACK, {7: [RUMORS, 0, [rumor]]}))
@@ -481,7 +501,7 @@ class Swim(Layer):
                 n.timer = self.ctx.schedule(self.config.verify_window_s,
                                             lambda: self._suspicion_expired(n, inc))
                 return
-            self._originate([REMOVE, n.addr.uid, inc, None, self._rounds()])
+            self._originate(self._rumor(REMOVE, n.addr.uid, inc, None))
 
     def _clear(self, n: _Node) -> None:
         if n.timer is not None:
@@ -532,7 +552,7 @@ class Swim(Layer):
         static hosts) that we are alive, so separately started groups find each other.
         Members announce less often as the group grows: constant load in total."""
         if self.active and self.leaving is None:
-            rumor = [ALIVE, self.ctx.local.uid, self.inc, self._self_info(), self._rounds()]
+            rumor = self._self_rumor()
             for target in self.below.down_event(DiscoveryTargets()) or ():
                 self.below.down_event(EmitTo(target, Message(None, b"", CONTROL,
                                                              {7: [RUMORS, 0, [rumor]]})))
@@ -543,8 +563,9 @@ class Swim(Layer):
     def _on_subscribe(self, sender, info, inc) -> None:
         """A newcomer: spread ADD, and hand it the whole list (seed: /membership/subscribe),
         in messages of at most STATE_CHUNK members (a large list exceeds one bundle)."""
-        self._originate([ADD, sender.uid, int(inc), info, self._rounds()])
-        state = [[ALIVE, uid, inc, info, 1] for uid, inc, info in self._state(sender)]
+        self._originate(self._rumor(ADD, sender.uid, int(inc), info))
+        now = self.ctx.wall()
+        state = [[ALIVE, uid, inc, info, 1, now] for uid, inc, info in self._state(sender)]
         for k in range(0, len(state), STATE_CHUNK):
             self.below.down(Message(sender, b"", CONTROL,
                                     {7: [RUMORS, 0, state[k:k + STATE_CHUNK]]}))
@@ -634,7 +655,7 @@ class Swim(Layer):
             n = self.nodes.get(ev.addr)
             if n is not None and n.state != DEAD_S:
                 n.heard = -1e9  # an external, confirmed verdict (Ray): no verification wait
-                self._originate([REMOVE, n.addr.uid, n.inc, None, self._rounds()])
+                self._originate(self._rumor(REMOVE, n.addr.uid, n.inc, None))
             return n is not None
         elif t is Subscribe:
             if ev.contact is None and self.active:
