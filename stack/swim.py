@@ -16,7 +16,8 @@ sync (the gossip design's anti-entropy: swim_sync.py).
 
 Modes: ``views`` probes the members of the installed view and sends MemberDead verdicts up
 to GMS; ``gossip`` keeps SWIM's own member list (ADD on subscribe, REMOVE on unsubscribe or
-death) and sends MembersChanged up.
+death) and sends MembersChanged up. A joiner is a member once its contact answered with the
+list.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from operator import attrgetter
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .events import (AddPhysical, DiscoveryTargets, EmitTo, GetPhysical, MemberDead,
+from .events import (AddPhysical, DiscoveryTargets, EmitTo, GetPhysical, Leave, MemberDead,
                      MembersChanged, Subscribe, Suspect, Unsuspect, ViewInstalled)
 from .layer import Layer
 from .message import CONTROL, NO_LOOPBACK, Message
@@ -128,6 +129,7 @@ class Swim(Layer):
         self.seen: OrderedDict = OrderedDict()  # rumor key -> its creation time
         self.log = RumorLog(config.rumor_cache)
         self.tombstones: OrderedDict = OrderedDict()
+        self.contact = None  # gossip mode: the member we subscribe through, until it answers
         self.leaving = None
         self.changed = False  # a MembersChanged report is scheduled
 
@@ -321,6 +323,8 @@ class Swim(Layer):
                 self.active = False
                 self.above.up_event(MembersChanged(()))
         elif typ == PUSH_PULL:
+            if sender == self.contact and not self.active:
+                self._activate()  # our contact's answer to SUBSCRIBE: its member list
             self._merge_state(h[2])
             if h[1] and self.active and self.leaving is None:
                 self._send_state(sender, PUSH_PULL, 0)
@@ -538,14 +542,29 @@ class Swim(Layer):
 
     # -- gossip-mode membership -----------------------------------------------------------
     def _subscribe(self, contact) -> None:
-        """Ask ``contact`` for the member list, again each interval until we have one."""
+        """Join through ``contact`` (None: start alone): SUBSCRIBE again each probe interval
+        until its answer, its member list, comes (``_activate``). Until then we are no
+        member, listed nowhere and discovered as joining, so nobody joins through us: a
+        joiner that listed itself at once, and stopped asking when another joined through
+        it, founded a group of its own each time its SUBSCRIBE or the answer was lost."""
+        if contact is None:
+            self.contact = None
+            self._activate()
+        elif contact != self.contact:
+            self.contact = contact
+            self._ask(contact)
+
+    def _ask(self, contact) -> None:
+        if self.contact == contact and not self.active:
+            self.below.down(Message(contact, b"", CONTROL, {7: [SUBSCRIBE, 0, self._self_info(),
+                                                                 self.inc, []]}))
+            self.ctx.schedule(self.config.probe_interval_s, lambda: self._ask(contact))
+
+    def _activate(self) -> None:
+        self.contact = None
         if not self.active:
             self.active = True
             self._members_changed()
-        if contact is not None and not self.nodes and self.leaving is None:
-            self.below.down(Message(contact, b"", CONTROL, {7: [SUBSCRIBE, 0, self._self_info(),
-                                                                 self.inc, []]}))
-            self.ctx.schedule(self.config.probe_interval_s, lambda: self._subscribe(contact))
 
     def _announce(self) -> None:
         """Gossip mode: now and then tell the discovery targets (the multicast group or the
@@ -561,20 +580,21 @@ class Swim(Layer):
                           self._announce)
 
     def _on_subscribe(self, sender, info, inc) -> None:
-        """A newcomer: spread ADD, and hand it the whole list (seed: /membership/subscribe),
-        in messages of at most STATE_CHUNK members (a large list exceeds one bundle)."""
+        """A newcomer: spread ADD, and hand it the whole list (seed: /membership/subscribe)
+        as a push-pull state that wants no reply: its answer, a member from then on. Only a
+        member answers (one still joining or leaving would make the newcomer a member of
+        nothing); the newcomer asks again, or another member."""
+        if not self.active or self.leaving is not None:
+            self.stats["subscribe_ignored"] += 1
+            return
         self._originate(self._rumor(ADD, sender.uid, int(inc), info))
-        now = self.ctx.wall()
-        state = [[ALIVE, uid, inc, info, 1, now] for uid, inc, info in self._state(sender)]
-        for k in range(0, len(state), STATE_CHUNK):
-            self.below.down(Message(sender, b"", CONTROL,
-                                    {7: [RUMORS, 0, state[k:k + STATE_CHUNK]]}))
+        self._send_state(sender, PUSH_PULL, 0)
 
-    def _state(self, exclude=None) -> list:
+    def _state(self) -> list:
         """[uid, incarnation, [name, host, port] or None] of us and every live member."""
         out = [[self.ctx.local.uid, self.inc, self._self_info()]]
         for a, n in self.nodes.items():
-            if a != exclude and n.state != DEAD_S:
+            if n.state != DEAD_S:
                 p = self.below.down_event(GetPhysical(a))
                 out.append([a.uid, n.inc, [a.name, p[0], p[1]] if p else None])
         return out
@@ -663,4 +683,6 @@ class Swim(Layer):
             elif ev.contact is not None or not self.active:
                 self._subscribe(ev.contact)
             return None
+        elif t is Leave:
+            self.contact = None  # a joiner that leaves stops asking
         return self.below.down_event(ev)
