@@ -17,7 +17,8 @@ sync (the gossip design's anti-entropy: swim_sync.py).
 Modes: ``views`` probes the members of the installed view and sends MemberDead verdicts up
 to GMS; ``gossip`` keeps SWIM's own member list (ADD on subscribe, REMOVE on unsubscribe or
 death) and sends MembersChanged up. A joiner is a member once its contact answered with the
-list.
+list. The dead are buried (a tombstone drops older news of them) and, unless they left,
+reconnected: told of their death, they refute it and come back (swim_reconnect.py).
 """
 from __future__ import annotations
 
@@ -31,14 +32,16 @@ from .events import (AddPhysical, DiscoveryTargets, EmitTo, GetPhysical, Leave, 
                      MembersChanged, Subscribe, Suspect, Unsuspect, ViewInstalled)
 from .layer import Layer
 from .message import CONTROL, NO_LOOPBACK, Message
+from .swim_reconnect import DeadMembers
 from .swim_sync import FRAME_ROUNDS, RumorLog, frame
 
 PING, ACK, PING_REQ, NACK, RUMORS, SUBSCRIBE, UNSUBSCRIBE, UNSUB_ACK, PUSH_PULL = range(9)
 STATE_CHUNK = 400  # member entries per state message (one bundle holds ~1,000 short ones)
 ADD, SUSPECT, ALIVE, REMOVE = range(4)
 ALIVE_S, SUSPECT_S, DEAD_S = range(3)
+LEFT = 1  # a REMOVE's extra when its member left (UNSUBSCRIPTION): not reconnected
 # A rumor on the wire: [kind, uid, incarnation, extra, rounds left, creation time]; extra is
-# the suspecter's uid (SUSPECT), [name, host, port] or None (ADD, ALIVE), None (REMOVE)
+# the suspecter's uid (SUSPECT), [name, host, port] or None (ADD, ALIVE), None or LEFT (REMOVE)
 
 
 @dataclass
@@ -85,6 +88,17 @@ class SwimConfig:
     random member (memberlist's push-pull; scaled up by log2(N/32) beyond 32 members), which
     repairs what the rumors missed, e.g. a member that heard of no ADD in a join storm and
     whose anti-entropy window has passed. 0 disables it."""
+    reconnect_interval_s: float = 1.0
+    """Gossip mode: about this often a member tells one remembered dead member that it was
+    declared dead (with probability min(1, dead / live): the group tries each about once
+    per interval), so that after a partition heals it refutes and comes back. 0 disables
+    it (messages from members held dead are still answered so)."""
+    reconnect_for_s: float = 86_400.0
+    """Gossip mode: how long a dead member is remembered for reconnection (Serf's
+    reconnect timeout)."""
+    reconnect_max: int = 256
+    """Gossip mode: dead members remembered for reconnection at most (the longest dead
+    forgotten first)."""
 
 
 class _Node:
@@ -128,7 +142,8 @@ class Swim(Layer):
         self.queue: dict = {}  # rumor key -> [rumor, rounds left, sent this round, rounds unsent]
         self.seen: OrderedDict = OrderedDict()  # rumor key -> its creation time
         self.log = RumorLog(config.rumor_cache)
-        self.tombstones: OrderedDict = OrderedDict()
+        self.tombstones: OrderedDict = OrderedDict()  # addr -> (incarnation, left)
+        self.dead = DeadMembers(config.reconnect_max, config.reconnect_for_s)
         self.contact = None  # gossip mode: the member we subscribe through, until it answers
         self.leaving = None
         self.changed = False  # a MembersChanged report is scheduled
@@ -141,6 +156,9 @@ class Swim(Layer):
             if self.config.push_pull_interval_s > 0:
                 self.ctx.schedule(self.config.push_pull_interval_s * self.ctx.rng.random(),
                                   self._push_pull)
+            if self.config.reconnect_interval_s > 0:
+                self.ctx.schedule(self.config.reconnect_interval_s * self.ctx.rng.random(),
+                                  self._reconnect)
 
     # -- rounds -------------------------------------------------------------------------
     def _round(self) -> None:
@@ -280,6 +298,8 @@ class Swim(Layer):
             n.heard = self.ctx.now()
         for rumor in h[-1]:
             self._apply(rumor, sender=sender)
+        if n is None and sender in self.tombstones:  # (gossip mode: only it buries)
+            self._held_dead(sender)
         if typ == PING:
             self._send(sender, [ACK, seq])
             if h[2] is not None:
@@ -314,7 +334,7 @@ class Swim(Layer):
             self._on_subscribe(sender, h[2], h[3])
         elif typ == UNSUBSCRIBE:
             n = self.nodes.get(sender)
-            self._originate(self._rumor(REMOVE, sender.uid, n.inc if n else 0, None))
+            self._originate(self._rumor(REMOVE, sender.uid, n.inc if n else 0, LEFT))
             self._send(sender, [UNSUB_ACK, 0])
         elif typ == UNSUB_ACK:
             if self.leaving is not None:
@@ -368,7 +388,7 @@ class Swim(Layer):
             raise ValueError("rumor creation time")
         addr = self.ctx.book.get(uid)
         uid = addr.uid  # the interned bytes: cached keys keep no copy from each packet
-        key = (kind, uid, inc, extra if kind == SUSPECT else None)
+        key = (kind, uid, inc, extra if kind == SUSPECT or kind == REMOVE else None)
         first = self.seen.get(key)
         if first is not None:
             if ctime < first:  # the same rumor, also made earlier (by another member)
@@ -407,8 +427,13 @@ class Swim(Layer):
                 self.ctx.book.get(addr.uid, str(extra[0]))
                 self.below.down_event(AddPhysical(addr, (str(extra[1]), int(extra[2]))))
             if n is None:
-                if not gossip or self.tombstones.get(addr, -1) >= inc:
+                tomb = self.tombstones.get(addr)
+                if not gossip or (tomb is not None and tomb[0] >= inc):
                     return False
+                if tomb is not None:  # buried at an older incarnation: it refuted its death
+                    del self.tombstones[addr]
+                    self.dead.forget(addr)
+                    self.stats["reconnected"] += 1
                 self.nodes[addr] = _Node(addr, inc)
                 self._members_changed()
                 return True
@@ -419,6 +444,10 @@ class Swim(Layer):
                 if was != ALIVE_S:
                     self.above.up_event(Unsuspect(addr))
                 return True
+            return False
+        if n is None and kind == REMOVE and extra == LEFT and addr in self.tombstones:
+            self.tombstones[addr] = (self.tombstones[addr][0], True)  # it left after all
+            self.dead.forget(addr)
             return False
         if n is None or inc < n.inc or n.state == DEAD_S:
             return False
@@ -441,7 +470,7 @@ class Swim(Layer):
                     n.state, n.since, n.confirm = SUSPECT_S, self.ctx.now(), {extra}
                     self._arm(n)
                 return True  # still spread it: the member itself will refute
-            self._declare_dead(n, "swim")
+            self._declare_dead(n, "left" if extra == LEFT else "swim")
             return True
         return False
 
@@ -460,24 +489,30 @@ class Swim(Layer):
         at 0, and anti-entropy hands out old rumors, so a stale suspicion can look current
         to it and, unanswered, expire into a false exclusion. Answer the sender our current
         incarnation, alone: piggybacked rumors could carry its stale suspicion of us back
-        and forth between two members that each hold one of the other."""
-        if self.leaving is not None:
+        and forth between two members that each hold one of the other. Gossip mode: a
+        member that is no member (joining, or gone) has nothing to refute."""
+        gossip = self.config.mode == "gossip"
+        if self.leaving is not None or (gossip and not self.active):
             return
         if inc >= self.inc:
-            self._refute(inc)
+            self._refute(inc, sender if gossip else None)
         elif sender is not None and sender != self.ctx.local:
             self.stats["stale_suspicions_answered"] += 1
             alive = self._self_rumor()
             self.below.down(Message(sender, b"", CONTROL, {7: [RUMORS, 0, [alive]]}))
 
-    def _refute(self, inc: int) -> None:
+    def _refute(self, inc: int, teller=None) -> None:
+        """Refute with a higher incarnation, multicast at once (the whole group learns in
+        one hop) and, gossip mode, sent to the teller as well: one that held us dead after
+        a partition is in no list of ours, and our multicast may not reach it."""
         self.inc = inc + 1
         self.stats["refutations"] += 1
         self._health(+1)
         rumor = self._self_rumor()
         self._originate(rumor)
-        # multicast the KEEP-ALIVE at once: the whole group learns in one hop
         self.below.down(Message(None, b"", CONTROL | NO_LOOPBACK, {7: [RUMORS, 0, [rumor]]}))
+        if teller is not None and teller != self.ctx.local:
+            self.below.down(Message(teller, b"", CONTROL, {7: [RUMORS, 0, [rumor]]}))
 
     def _self_info(self) -> list:
         phys = self.below.down_event(GetPhysical())
@@ -518,10 +553,15 @@ class Swim(Layer):
         n.state = DEAD_S
         self.stats["dead"] += 1
         if self.config.mode == "gossip":
-            del self.nodes[n.addr]
-            self.tombstones[n.addr] = n.inc
+            addr, left = n.addr, reason == "left"
+            del self.nodes[addr]
+            self.tombstones.pop(addr, None)
+            self.tombstones[addr] = (n.inc, left)
             if len(self.tombstones) > self.config.rumor_cache:
                 self.tombstones.popitem(last=False)
+            if not left:
+                self.dead.remember(addr, self.below.down_event(GetPhysical(addr)),
+                                   self.ctx.now())
             self._members_changed()
         else:
             self.above.up_event(MemberDead(n.addr, reason))
@@ -589,6 +629,36 @@ class Swim(Layer):
             return
         self._originate(self._rumor(ADD, sender.uid, int(inc), info))
         self._send_state(sender, PUSH_PULL, 0)
+
+    # -- gossip mode: reconnecting the dead (swim_reconnect.py) ---------------------------
+    def _reconnect(self) -> None:
+        if self.active and self.leaving is None:
+            addr = self.dead.pick(self.ctx.rng, len(self.nodes) + 1, self.ctx.now())
+            if addr is not None and addr in self.tombstones:
+                self.stats["reconnect_probes"] += 1
+                self._tell_dead(addr, self.tombstones[addr][0])
+        self.ctx.schedule(self.config.reconnect_interval_s * (0.5 + self.ctx.rng.random()),
+                          self._reconnect)
+
+    def _held_dead(self, addr) -> None:
+        """A message from a member we buried: unless it left, tell it (at most once per
+        probe interval); it refutes and comes back."""
+        inc, left = self.tombstones[addr]
+        if not left and self.active and self.leaving is None and \
+                self.dead.may_tell(addr, self.ctx.now(), self.config.probe_interval_s):
+            self.stats["told_dead"] += 1
+            self._tell_dead(addr, inc)
+
+    def _tell_dead(self, addr, inc: int) -> None:
+        """Send ``addr`` its REMOVE at the incarnation we buried it with, after our own
+        ALIVE (which teaches its transport our address before it answers us)."""
+        rumors = [self._self_rumor(), self._rumor(REMOVE, addr.uid, inc, None)]
+        msg = Message(addr, b"", CONTROL, {7: [RUMORS, 0, rumors]})
+        phys = self.dead.phys(addr)
+        if phys is None:
+            self.below.down(msg)
+        else:
+            self.below.down_event(EmitTo(phys, msg))
 
     def _state(self) -> list:
         """[uid, incarnation, [name, host, port] or None] of us and every live member."""
