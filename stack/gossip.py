@@ -3,7 +3,10 @@
 Replaces GMS when ``membership="gossip"``. Each member's view is its own, eventually
 consistent list (sorted by address; ``members[0]`` is the nominal coordinator) with a local
 view counter, delivered as the same ViewChange events. Joining: discover any member and
-subscribe through it; nobody found after ``found_after_rounds`` rounds: start alone.
+subscribe through it; it is a member once that contact answered with its list (SWIM asks
+again each probe interval until then); no answer within ``join_timeout_s``: discover again
+and subscribe through a member found at random. Nobody found after ``found_after_rounds``
+rounds: start alone.
 Leaving: UNSUBSCRIBE until a member confirms, which spreads a REMOVE rumor (the gossip
 design), so the
 others drop the leaver at once rather than after failure detection; the Leave then goes on
@@ -25,6 +28,9 @@ from .view import Left, View, ViewChange, ViewId
 class GossipConfig:
     found_after_rounds: int = 2
     """Empty discovery rounds before starting a group alone."""
+    join_timeout_s: float = 2.0
+    """A joiner whose contact did not answer within this long (it may have died since
+    discovery listed it) discovers again and subscribes through a member found at random."""
 
 
 class GossipMembership(Layer):
@@ -35,6 +41,7 @@ class GossipMembership(Layer):
         self.view: Optional[View] = None
         self.counter = 0
         self.empty = 0
+        self.tries = 0  # subscriptions sent
         self.state = "idle"
 
     def _on_found(self, found: list) -> None:
@@ -42,7 +49,11 @@ class GossipMembership(Layer):
             return
         joined = sorted(p.addr for p in found if p.joined)
         if joined:
-            self.below.down_event(Subscribe(joined[0]))
+            contact = self.ctx.rng.choice(joined) if self.tries else joined[0]
+            self.tries += 1
+            tries = self.tries
+            self.below.down_event(Subscribe(contact))
+            self.ctx.schedule(self.config.join_timeout_s, lambda: self._join_timeout(tries))
             return
         joining = [p.addr for p in found if not p.joined]
         if not found:
@@ -51,6 +62,11 @@ class GossipMembership(Layer):
                 (joining and all(self.ctx.local < a for a in joining)):
             self.below.down_event(Subscribe(None))  # start alone
         else:
+            self.below.down_event(FindMembers(self._on_found))
+
+    def _join_timeout(self, tries: int) -> None:
+        if self.state == "joining" and tries == self.tries:
+            self.stats["join_timeouts"] += 1
             self.below.down_event(FindMembers(self._on_found))
 
     def up_event(self, ev: Any) -> Any:

@@ -27,12 +27,17 @@ class Cancellable(Protocol):
 class Host(Protocol):
     """What a runtime (real sockets) or the simulator provides to a stack.
 
+    ``now``: a monotonic clock for timers and ages; ``wall``: the wall clock (seconds since
+    the epoch), the only clock whose readings mean the same on other hosts (SWIM stamps
+    rumors with it).
+
     Optional: ``store``, the ``StoreClient`` (stack/discovery/store.py) that store discovery
     calls; the asyncio Runtime and SimMember have one, other hosts may leave it out."""
 
     local_phys: Any
 
     def now(self) -> float: ...
+    def wall(self) -> float: ...
     def call_later(self, delay: float, fn: Callable[[], None]) -> Cancellable: ...
     def emit(self, dest: Any, data: bytes) -> None: ...
     def deliver(self, item: Any) -> None: ...
@@ -55,6 +60,9 @@ class Context:
 
     def now(self) -> float:
         return self.host.now()
+
+    def wall(self) -> float:
+        return self.host.wall()
 
     def schedule(self, delay: float, fn: Callable[[], None]) -> Cancellable:
         def fire() -> None:

@@ -41,6 +41,10 @@ class SimOptions:
     """Extra delay, up to this much, for a copy chosen for reordering."""
     store_delay_s: tuple = (0.001, 0.005)
     """Uniform latency of one call to the simulated discovery store (``Simulation.store``)."""
+    clock_skew_s: float = 0.0
+    """Each member's wall clock (``Host.wall``) is off by up to this much either way, drawn
+    per member (from its own stream of the seed: other draws are unchanged); 0: every wall
+    clock reads the simulated time."""
     history: bool = True
     """Keep every member's views, events and deliveries (``SimMember.views``/``events``/
     ``delivered``), as tests read them. False keeps none (``SimMember.view`` is still the
@@ -75,12 +79,18 @@ class SimMember:
         self.on_message: Optional[Callable[["SimMember", list], None]] = None
         self.stalled_until = 0.0  # buggify: nothing of this member runs before this time
         self.race_until = 0.0     # buggify: its packets take longer until this time
+        skew = sim.options.clock_skew_s
+        self.clock_offset = random.Random(f"{sim.seed}:clock:{index}").uniform(-skew, skew) \
+            if skew else 0.0
         # Host.store: this member's client of the simulation's one discovery store
         self.store = ScheduledStoreClient(sim.store, self._schedule_own, sim._store_delay)
 
     # Host protocol ------------------------------------------------------------------------
     def now(self) -> float:
         return self.sim.now
+
+    def wall(self) -> float:
+        return self.sim.now + self.clock_offset
 
     def call_later(self, delay: float, fn: Callable[[], None]) -> _Timer:
         if self.sim.buggify is not None:

@@ -119,8 +119,8 @@ class _Rumors:
         swim.inc += 1
         key = (ALIVE, m.address.uid, swim.inc)
         self.watched[key] = {}
-        rounds = swim._rounds()
-        rumor = [ALIVE, m.address.uid, swim.inc, swim._self_info(), rounds]
+        rumor = swim._self_rumor()
+        rounds = rumor[4]
         swim._originate(rumor)
         # news about ourselves is not queued by _apply (a refutation goes out by multicast):
         # queue it as a member does a rumor it received, so that gossip alone carries it

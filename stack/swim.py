@@ -9,34 +9,39 @@ timeout starts long and shrinks as independent confirmations arrive (scaled by l
 local-health score slows a member's own probing when it is the one missing acks.
 
 Rumors (ADD, SUSPECT, ALIVE, REMOVE) carry the rounds they still have to travel, starting at
-log2(2N)+1 (the gossip design); every round each holder piggybacks them on its pings, acks and
-``gossip_fanout`` extra messages. Received rumors are kept in a bounded cache ordered by
-arrival; each ping offers a (start, end, count) summary of a time frame old enough that
-propagation has finished, and a peer that holds more rumors in that frame sends them back
-(anti-entropy). Frames are expressed as ages, so clocks need not be synchronised.
+log2(2N)+1 (the gossip design), and their creation time; every round each holder piggybacks
+them on its pings, acks and ``gossip_fanout`` extra messages. Received rumors are kept in a
+bounded log ordered by creation time, and each ping offers a summary of one time frame to
+sync (the gossip design's anti-entropy: swim_sync.py).
 
 Modes: ``views`` probes the members of the installed view and sends MemberDead verdicts up
 to GMS; ``gossip`` keeps SWIM's own member list (ADD on subscribe, REMOVE on unsubscribe or
-death) and sends MembersChanged up.
+death) and sends MembersChanged up. A joiner is a member once its contact answered with the
+list. The dead are buried (a tombstone drops older news of them) and, unless they left,
+reconnected: told of their death, they refute it and come back (swim_reconnect.py).
 """
 from __future__ import annotations
 
-import bisect
 import math
 from collections import OrderedDict
 from operator import attrgetter
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .events import (AddPhysical, DiscoveryTargets, EmitTo, GetPhysical, MemberDead,
+from .events import (AddPhysical, DiscoveryTargets, EmitTo, GetPhysical, Leave, MemberDead,
                      MembersChanged, Subscribe, Suspect, Unsuspect, ViewInstalled)
 from .layer import Layer
 from .message import CONTROL, NO_LOOPBACK, Message
+from .swim_reconnect import DeadMembers
+from .swim_sync import FRAME_ROUNDS, RumorLog, frame
 
 PING, ACK, PING_REQ, NACK, RUMORS, SUBSCRIBE, UNSUBSCRIBE, UNSUB_ACK, PUSH_PULL = range(9)
 STATE_CHUNK = 400  # member entries per state message (one bundle holds ~1,000 short ones)
 ADD, SUSPECT, ALIVE, REMOVE = range(4)
 ALIVE_S, SUSPECT_S, DEAD_S = range(3)
+LEFT = 1  # a REMOVE's extra when its member left (UNSUBSCRIPTION): not reconnected
+# A rumor on the wire: [kind, uid, incarnation, extra, rounds left, creation time]; extra is
+# the suspecter's uid (SUSPECT), [name, host, port] or None (ADD, ALIVE), None or LEFT (REMOVE)
 
 
 @dataclass
@@ -61,9 +66,12 @@ class SwimConfig:
     max_piggyback: int = 16
     """Rumors carried per message."""
     rumor_cache: int = 10_000
-    """Received rumors kept for anti-entropy (the gossip design's default)."""
-    sync_batch: int = 64
-    """Rumors sent back in one anti-entropy answer."""
+    """Received rumors kept for anti-entropy (the gossip design's default; the log holds
+    up to twice this before it drops the oldest half)."""
+    sync_page: int = 200
+    """Rumors per page of an anti-entropy answer, which sends every rumor of the frame in as
+    many pages as it takes. A rumor packs to about 50 bytes, 120 with a 64-character name:
+    a page stays well within one 60 KB datagram."""
     max_health: int = 8
     """Ceiling of the local-health score (probe interval and timeout scale by 1 + score)."""
     announce_interval_s: float = 1.0
@@ -80,6 +88,17 @@ class SwimConfig:
     random member (memberlist's push-pull; scaled up by log2(N/32) beyond 32 members), which
     repairs what the rumors missed, e.g. a member that heard of no ADD in a join storm and
     whose anti-entropy window has passed. 0 disables it."""
+    reconnect_interval_s: float = 1.0
+    """Gossip mode: about this often a member tells one remembered dead member that it was
+    declared dead (with probability min(1, dead / live): the group tries each about once
+    per interval), so that after a partition heals it refutes and comes back. 0 disables
+    it (messages from members held dead are still answered so)."""
+    reconnect_for_s: float = 86_400.0
+    """Gossip mode: how long a dead member is remembered for reconnection (Serf's
+    reconnect timeout)."""
+    reconnect_max: int = 256
+    """Gossip mode: dead members remembered for reconnection at most (the longest dead
+    forgotten first)."""
 
 
 class _Node:
@@ -121,10 +140,11 @@ class Swim(Layer):
         self.probes: dict[int, _Probe] = {}
         self.relays: dict[int, tuple] = {}
         self.queue: dict = {}  # rumor key -> [rumor, rounds left, sent this round, rounds unsent]
-        self.seen: OrderedDict = OrderedDict()
-        self.ctimes: list[float] = []
-        self.crumors: list = []
-        self.tombstones: OrderedDict = OrderedDict()
+        self.seen: OrderedDict = OrderedDict()  # rumor key -> its creation time
+        self.log = RumorLog(config.rumor_cache)
+        self.tombstones: OrderedDict = OrderedDict()  # addr -> (incarnation, left)
+        self.dead = DeadMembers(config.reconnect_max, config.reconnect_for_s)
+        self.contact = None  # gossip mode: the member we subscribe through, until it answers
         self.leaving = None
         self.changed = False  # a MembersChanged report is scheduled
 
@@ -136,6 +156,9 @@ class Swim(Layer):
             if self.config.push_pull_interval_s > 0:
                 self.ctx.schedule(self.config.push_pull_interval_s * self.ctx.rng.random(),
                                   self._push_pull)
+            if self.config.reconnect_interval_s > 0:
+                self.ctx.schedule(self.config.reconnect_interval_s * self.ctx.rng.random(),
+                                  self._reconnect)
 
     # -- rounds -------------------------------------------------------------------------
     def _round(self) -> None:
@@ -218,7 +241,7 @@ class Swim(Layer):
             # a fresh suspicion, or (Lifeguard) our own independent confirmation of one
             # already going round, which shortens its timeout everywhere
             self.stats["suspicions" if n.state == ALIVE_S else "confirmations"] += 1
-            rumor = [SUSPECT, n.addr.uid, n.inc, me, self._rounds()]
+            rumor = self._rumor(SUSPECT, n.addr.uid, n.inc, me)
             self._originate(rumor)
             self._send(n.addr, [RUMORS, 0], [rumor])  # tell the suspect directly
 
@@ -252,16 +275,16 @@ class Swim(Layer):
     def _rounds(self) -> int:
         return int(math.log2(2 * (len(self.nodes) + 1))) + 1
 
-    def _sync_summary(self) -> list:
-        rounds_s = self._rounds() * self.config.probe_interval_s
-        lo, hi = rounds_s, rounds_s + 4 * self.config.probe_interval_s
-        first, last = self._count_frame(lo, hi)
-        return [lo, hi, last - first]
+    def _rumor(self, kind: int, uid: bytes, inc: int, extra) -> list:
+        """A new rumor of ours: every round it has to travel, created now (wall clock)."""
+        return [kind, uid, inc, extra, self._rounds(), self.ctx.wall()]
 
-    def _count_frame(self, age_lo: float, age_hi: float) -> tuple[int, int]:
-        now = self.ctx.now()
-        return (bisect.bisect_left(self.ctimes, now - age_hi),
-                bisect.bisect_right(self.ctimes, now - age_lo))
+    def _self_rumor(self) -> list:
+        return self._rumor(ALIVE, self.ctx.local.uid, self.inc, self._self_info())
+
+    def _sync_summary(self) -> list:
+        start, end = frame(self.ctx.wall(), self._rounds(), self.config.probe_interval_s)
+        return [start, end, self.log.count(start, end)]
 
     # -- receiving ----------------------------------------------------------------------
     def up(self, batch: list) -> None:
@@ -275,6 +298,8 @@ class Swim(Layer):
             n.heard = self.ctx.now()
         for rumor in h[-1]:
             self._apply(rumor, sender=sender)
+        if n is None and sender in self.tombstones:  # (gossip mode: only it buries)
+            self._held_dead(sender)
         if typ == PING:
             self._send(sender, [ACK, seq])
             if h[2] is not None:
@@ -309,7 +334,7 @@ class Swim(Layer):
             self._on_subscribe(sender, h[2], h[3])
         elif typ == UNSUBSCRIBE:
             n = self.nodes.get(sender)
-            self._originate([REMOVE, sender.uid, n.inc if n else 0, None, self._rounds()])
+            self._originate(self._rumor(REMOVE, sender.uid, n.inc if n else 0, LEFT))
             self._send(sender, [UNSUB_ACK, 0])
         elif typ == UNSUB_ACK:
             if self.leaving is not None:
@@ -318,6 +343,8 @@ class Swim(Layer):
                 self.active = False
                 self.above.up_event(MembersChanged(()))
         elif typ == PUSH_PULL:
+            if sender == self.contact and not self.active:
+                self._activate()  # our contact's answer to SUBSCRIBE: its member list
             self._merge_state(h[2])
             if h[1] and self.active and self.leaving is None:
                 self._send_state(sender, PUSH_PULL, 0)
@@ -329,12 +356,24 @@ class Swim(Layer):
         if relay is not None:
             self._send(relay[0], [NACK, relay[1]])
 
-    def _answer_sync(self, sender, age_lo: float, age_hi: float, count: int) -> None:
-        lo, hi = self._count_frame(float(age_lo), float(age_hi))
-        if hi - lo > int(count):
-            rumors = self.crumors[lo:hi][-self.config.sync_batch:]
+    def _answer_sync(self, sender, start: float, end: float, count: int) -> None:
+        """A PING's frame summary: if we hold more rumors created in [start, end] than its
+        sender, send it every one of them, a page per message. A frame longer than twice
+        ours is cut to that (the answer stays bounded whatever a peer asks)."""
+        start, end, count = float(start), float(end), int(count)
+        if not (math.isfinite(start) and math.isfinite(end)):
+            raise ValueError("sync frame")
+        longest = 2 * FRAME_ROUNDS * self.config.probe_interval_s
+        if end - start > longest:
+            self.stats["sync_frames_cut"] += 1
+            start = end - longest
+        lo, hi = self.log.span(start, end)
+        if hi - lo > count:
+            pages = self.log.pages(lo, hi, self.config.sync_page)
             self.stats["sync_answers"] += 1
-            self.below.down(Message(sender, b"", CONTROL, {7: [RUMORS, 0, rumors]}))
+            self.stats["sync_pages"] += len(pages)
+            for page in pages:
+                self.below.down(Message(sender, b"", CONTROL, {7: [RUMORS, 0, page]}))
 
     # -- rumors -------------------------------------------------------------------------
     def _originate(self, rumor: list) -> None:
@@ -342,32 +381,37 @@ class Swim(Layer):
         self._apply(rumor, own=True)
 
     def _apply(self, rumor: list, own: bool = False, sender=None) -> None:
-        kind, uid, inc, extra, left = rumor
-        if type(inc) is not int or type(left) is not int:
-            raise TypeError
+        kind, uid, inc, extra, left, ctime = rumor
+        if type(inc) is not int or type(left) is not int or type(ctime) is not float:
+            raise TypeError("rumor")
+        if not math.isfinite(ctime):
+            raise ValueError("rumor creation time")
         addr = self.ctx.book.get(uid)
         uid = addr.uid  # the interned bytes: cached keys keep no copy from each packet
-        key = (kind, uid, inc, extra if kind == SUSPECT else None)
-        if key in self.seen and not own:
-            if kind in (SUSPECT, REMOVE) and addr == self.ctx.local:
-                self._deny(inc, sender)  # the sender still holds it: it needs our answer
-            elif kind == ALIVE and self._refutes(addr, inc):
-                # seen while its member was not in our list yet (a joiner hears the group's
-                # rumors before its first view lists their members): the member's answer to
-                # a suspicion we took up since, the only one it will send (seed 15100480)
-                self.stats["late_refutations"] += 1
-                self._effect(kind, addr, inc, extra, sender)
-            return
-        self.seen[key] = True
-        if len(self.seen) > self.config.rumor_cache:
-            self.seen.popitem(last=False)
-        self.ctimes.append(self.ctx.now())
-        self.crumors.append((kind, uid, inc, extra, 0))
-        if len(self.ctimes) > 2 * self.config.rumor_cache:
-            del self.ctimes[:self.config.rumor_cache]
-            del self.crumors[:self.config.rumor_cache]
+        key = (kind, uid, inc, extra if kind == SUSPECT or kind == REMOVE else None)
+        first = self.seen.get(key)
+        if first is not None:
+            if ctime < first:  # the same rumor, also made earlier (by another member)
+                self.seen[key] = ctime
+                self.log.restamp(key, first, ctime, (kind, uid, inc, extra, 0, ctime))
+            if not own:
+                if kind in (SUSPECT, REMOVE) and addr == self.ctx.local:
+                    self._deny(inc, sender)  # the sender still holds it: it needs our answer
+                elif kind == ALIVE and self._refutes(addr, inc):
+                    # seen while its member was not in our list yet (a joiner hears the
+                    # group's rumors before its first view lists their members): the
+                    # member's answer to a suspicion we took up since, the only one it
+                    # will send (seed 15100480)
+                    self.stats["late_refutations"] += 1
+                    self._effect(kind, addr, inc, extra, sender)
+                return
+        else:
+            self.seen[key] = ctime
+            if len(self.seen) > self.config.rumor_cache:
+                self.seen.popitem(last=False)
+            self.log.add(key, ctime, (kind, uid, inc, extra, 0, ctime))
         if self._effect(kind, addr, inc, extra, sender) and left > 1:
-            self.queue[key] = [[kind, uid, inc, extra, left], left - 1, 0, 0]
+            self.queue[key] = [[kind, uid, inc, extra, left, ctime], left - 1, 0, 0]
 
     def _effect(self, kind: int, addr, inc: int, extra, sender=None) -> bool:
         """Apply one rumor to the member list; True if it was news worth spreading."""
@@ -383,8 +427,13 @@ class Swim(Layer):
                 self.ctx.book.get(addr.uid, str(extra[0]))
                 self.below.down_event(AddPhysical(addr, (str(extra[1]), int(extra[2]))))
             if n is None:
-                if not gossip or self.tombstones.get(addr, -1) >= inc:
+                tomb = self.tombstones.get(addr)
+                if not gossip or (tomb is not None and tomb[0] >= inc):
                     return False
+                if tomb is not None:  # buried at an older incarnation: it refuted its death
+                    del self.tombstones[addr]
+                    self.dead.forget(addr)
+                    self.stats["reconnected"] += 1
                 self.nodes[addr] = _Node(addr, inc)
                 self._members_changed()
                 return True
@@ -395,6 +444,10 @@ class Swim(Layer):
                 if was != ALIVE_S:
                     self.above.up_event(Unsuspect(addr))
                 return True
+            return False
+        if n is None and kind == REMOVE and extra == LEFT and addr in self.tombstones:
+            self.tombstones[addr] = (self.tombstones[addr][0], True)  # it left after all
+            self.dead.forget(addr)
             return False
         if n is None or inc < n.inc or n.state == DEAD_S:
             return False
@@ -417,7 +470,7 @@ class Swim(Layer):
                     n.state, n.since, n.confirm = SUSPECT_S, self.ctx.now(), {extra}
                     self._arm(n)
                 return True  # still spread it: the member itself will refute
-            self._declare_dead(n, "swim")
+            self._declare_dead(n, "left" if extra == LEFT else "swim")
             return True
         return False
 
@@ -436,24 +489,30 @@ class Swim(Layer):
         at 0, and anti-entropy hands out old rumors, so a stale suspicion can look current
         to it and, unanswered, expire into a false exclusion. Answer the sender our current
         incarnation, alone: piggybacked rumors could carry its stale suspicion of us back
-        and forth between two members that each hold one of the other."""
-        if self.leaving is not None:
+        and forth between two members that each hold one of the other. Gossip mode: a
+        member that is no member (joining, or gone) has nothing to refute."""
+        gossip = self.config.mode == "gossip"
+        if self.leaving is not None or (gossip and not self.active):
             return
         if inc >= self.inc:
-            self._refute(inc)
+            self._refute(inc, sender if gossip else None)
         elif sender is not None and sender != self.ctx.local:
             self.stats["stale_suspicions_answered"] += 1
-            alive = [ALIVE, self.ctx.local.uid, self.inc, self._self_info(), self._rounds()]
+            alive = self._self_rumor()
             self.below.down(Message(sender, b"", CONTROL, {7: [RUMORS, 0, [alive]]}))
 
-    def _refute(self, inc: int) -> None:
+    def _refute(self, inc: int, teller=None) -> None:
+        """Refute with a higher incarnation, multicast at once (the whole group learns in
+        one hop) and, gossip mode, sent to the teller as well: one that held us dead after
+        a partition is in no list of ours, and our multicast may not reach it."""
         self.inc = inc + 1
         self.stats["refutations"] += 1
         self._health(+1)
-        rumor = [ALIVE, self.ctx.local.uid, self.inc, self._self_info(), self._rounds()]
+        rumor = self._self_rumor()
         self._originate(rumor)
-        # multicast the KEEP-ALIVE at once: the whole group learns in one hop
         self.below.down(Message(None, b"", CONTROL | NO_LOOPBACK, {7: [RUMORS, 0, [rumor]]}))
+        if teller is not None and teller != self.ctx.local:
+            self.below.down(Message(teller, b"", CONTROL, {7: [RUMORS, 0, [rumor]]}))
 
     def _self_info(self) -> list:
         phys = self.below.down_event(GetPhysical())
@@ -481,7 +540,7 @@ class Swim(Layer):
                 n.timer = self.ctx.schedule(self.config.verify_window_s,
                                             lambda: self._suspicion_expired(n, inc))
                 return
-            self._originate([REMOVE, n.addr.uid, inc, None, self._rounds()])
+            self._originate(self._rumor(REMOVE, n.addr.uid, inc, None))
 
     def _clear(self, n: _Node) -> None:
         if n.timer is not None:
@@ -494,10 +553,15 @@ class Swim(Layer):
         n.state = DEAD_S
         self.stats["dead"] += 1
         if self.config.mode == "gossip":
-            del self.nodes[n.addr]
-            self.tombstones[n.addr] = n.inc
+            addr, left = n.addr, reason == "left"
+            del self.nodes[addr]
+            self.tombstones.pop(addr, None)
+            self.tombstones[addr] = (n.inc, left)
             if len(self.tombstones) > self.config.rumor_cache:
                 self.tombstones.popitem(last=False)
+            if not left:
+                self.dead.remember(addr, self.below.down_event(GetPhysical(addr)),
+                                   self.ctx.now())
             self._members_changed()
         else:
             self.above.up_event(MemberDead(n.addr, reason))
@@ -518,21 +582,36 @@ class Swim(Layer):
 
     # -- gossip-mode membership -----------------------------------------------------------
     def _subscribe(self, contact) -> None:
-        """Ask ``contact`` for the member list, again each interval until we have one."""
+        """Join through ``contact`` (None: start alone): SUBSCRIBE again each probe interval
+        until its answer, its member list, comes (``_activate``). Until then we are no
+        member, listed nowhere and discovered as joining, so nobody joins through us: a
+        joiner that listed itself at once, and stopped asking when another joined through
+        it, founded a group of its own each time its SUBSCRIBE or the answer was lost."""
+        if contact is None:
+            self.contact = None
+            self._activate()
+        elif contact != self.contact:
+            self.contact = contact
+            self._ask(contact)
+
+    def _ask(self, contact) -> None:
+        if self.contact == contact and not self.active:
+            self.below.down(Message(contact, b"", CONTROL, {7: [SUBSCRIBE, 0, self._self_info(),
+                                                                 self.inc, []]}))
+            self.ctx.schedule(self.config.probe_interval_s, lambda: self._ask(contact))
+
+    def _activate(self) -> None:
+        self.contact = None
         if not self.active:
             self.active = True
             self._members_changed()
-        if contact is not None and not self.nodes and self.leaving is None:
-            self.below.down(Message(contact, b"", CONTROL, {7: [SUBSCRIBE, 0, self._self_info(),
-                                                                 self.inc, []]}))
-            self.ctx.schedule(self.config.probe_interval_s, lambda: self._subscribe(contact))
 
     def _announce(self) -> None:
         """Gossip mode: now and then tell the discovery targets (the multicast group or the
         static hosts) that we are alive, so separately started groups find each other.
         Members announce less often as the group grows: constant load in total."""
         if self.active and self.leaving is None:
-            rumor = [ALIVE, self.ctx.local.uid, self.inc, self._self_info(), self._rounds()]
+            rumor = self._self_rumor()
             for target in self.below.down_event(DiscoveryTargets()) or ():
                 self.below.down_event(EmitTo(target, Message(None, b"", CONTROL,
                                                              {7: [RUMORS, 0, [rumor]]})))
@@ -541,19 +620,51 @@ class Swim(Layer):
                           self._announce)
 
     def _on_subscribe(self, sender, info, inc) -> None:
-        """A newcomer: spread ADD, and hand it the whole list (seed: /membership/subscribe),
-        in messages of at most STATE_CHUNK members (a large list exceeds one bundle)."""
-        self._originate([ADD, sender.uid, int(inc), info, self._rounds()])
-        state = [[ALIVE, uid, inc, info, 1] for uid, inc, info in self._state(sender)]
-        for k in range(0, len(state), STATE_CHUNK):
-            self.below.down(Message(sender, b"", CONTROL,
-                                    {7: [RUMORS, 0, state[k:k + STATE_CHUNK]]}))
+        """A newcomer: spread ADD, and hand it the whole list (seed: /membership/subscribe)
+        as a push-pull state that wants no reply: its answer, a member from then on. Only a
+        member answers (one still joining or leaving would make the newcomer a member of
+        nothing); the newcomer asks again, or another member."""
+        if not self.active or self.leaving is not None:
+            self.stats["subscribe_ignored"] += 1
+            return
+        self._originate(self._rumor(ADD, sender.uid, int(inc), info))
+        self._send_state(sender, PUSH_PULL, 0)
 
-    def _state(self, exclude=None) -> list:
+    # -- gossip mode: reconnecting the dead (swim_reconnect.py) ---------------------------
+    def _reconnect(self) -> None:
+        if self.active and self.leaving is None:
+            addr = self.dead.pick(self.ctx.rng, len(self.nodes) + 1, self.ctx.now())
+            if addr is not None and addr in self.tombstones:
+                self.stats["reconnect_probes"] += 1
+                self._tell_dead(addr, self.tombstones[addr][0])
+        self.ctx.schedule(self.config.reconnect_interval_s * (0.5 + self.ctx.rng.random()),
+                          self._reconnect)
+
+    def _held_dead(self, addr) -> None:
+        """A message from a member we buried: unless it left, tell it (at most once per
+        probe interval); it refutes and comes back."""
+        inc, left = self.tombstones[addr]
+        if not left and self.active and self.leaving is None and \
+                self.dead.may_tell(addr, self.ctx.now(), self.config.probe_interval_s):
+            self.stats["told_dead"] += 1
+            self._tell_dead(addr, inc)
+
+    def _tell_dead(self, addr, inc: int) -> None:
+        """Send ``addr`` its REMOVE at the incarnation we buried it with, after our own
+        ALIVE (which teaches its transport our address before it answers us)."""
+        rumors = [self._self_rumor(), self._rumor(REMOVE, addr.uid, inc, None)]
+        msg = Message(addr, b"", CONTROL, {7: [RUMORS, 0, rumors]})
+        phys = self.dead.phys(addr)
+        if phys is None:
+            self.below.down(msg)
+        else:
+            self.below.down_event(EmitTo(phys, msg))
+
+    def _state(self) -> list:
         """[uid, incarnation, [name, host, port] or None] of us and every live member."""
         out = [[self.ctx.local.uid, self.inc, self._self_info()]]
         for a, n in self.nodes.items():
-            if a != exclude and n.state != DEAD_S:
+            if n.state != DEAD_S:
                 p = self.below.down_event(GetPhysical(a))
                 out.append([a.uid, n.inc, [a.name, p[0], p[1]] if p else None])
         return out
@@ -634,7 +745,7 @@ class Swim(Layer):
             n = self.nodes.get(ev.addr)
             if n is not None and n.state != DEAD_S:
                 n.heard = -1e9  # an external, confirmed verdict (Ray): no verification wait
-                self._originate([REMOVE, n.addr.uid, n.inc, None, self._rounds()])
+                self._originate(self._rumor(REMOVE, n.addr.uid, n.inc, None))
             return n is not None
         elif t is Subscribe:
             if ev.contact is None and self.active:
@@ -642,4 +753,6 @@ class Swim(Layer):
             elif ev.contact is not None or not self.active:
                 self._subscribe(ev.contact)
             return None
+        elif t is Leave:
+            self.contact = None  # a joiner that leaves stops asking
         return self.below.down_event(ev)

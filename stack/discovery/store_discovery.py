@@ -666,10 +666,10 @@ class StoreDiscovery(Layer):
             self._delete(name, "own")
         return name is not None
 
-    def _delete(self, name: str, why: str) -> None:
+    def _delete(self, name: str, why: str, done: Optional[Callable[[], None]] = None) -> None:
         self.stats[f"files_deleted_{why}"] += 1
         self.files.pop(name, None)
-        self._call("delete", name, then=lambda r, e: None)
+        self._call("delete", name, then=lambda r, e: done is not None and done())
 
     # -- merges and rendezvous ----------------------------------------------------------
     def _merge_cleanup(self, view: MergeView) -> None:
@@ -754,7 +754,7 @@ class StoreDiscovery(Layer):
             # file of a view newer than ours is not: our view is the stale one, its
             # coordinator left it and leads a partition of its own.)
             rec.deleting = True
-            self._delete(rec.name, "merged")
+            self._delete(rec.name, "merged", lambda: self._forget(rec))
             return
         quiet = self.ctx.now() - max(rec.since, rec.alive_at)
         stale = self.config.stale_after_s
@@ -763,7 +763,16 @@ class StoreDiscovery(Layer):
             log.warning("[%s %s] removing stale members file %s: coordinator %s silent for "
                         "%.1fs, its view %d older than ours (%d)", self.ctx.cluster,
                         self.ctx.local, rec.name, rec.coord, quiet, rec.counter, v.view_id.id)
-            self._delete(rec.name, "stale")
+            self._delete(rec.name, "stale", lambda: self._forget(rec))
+
+    def _forget(self, rec: _Foreign) -> None:
+        """Our delete of its file is done (or failed): forget the record. A file listed
+        from now on is new (its coordinator wrote it again) and judged afresh. Kept, the
+        record would stay marked deleting, and never be probed again, whenever the file was
+        written again with the same content, hence the same etag (a gossip-mode coordinator
+        cut off longer than ``stale_after_s`` does so: its list did not change)."""
+        if self.foreign.get(rec.name) is rec:
+            del self.foreign[rec.name]
 
     def _probe_foreign(self) -> None:
         if not self._is_coord() or not self.foreign:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import time
 from collections import Counter
 from typing import Any, Callable, Optional
 
@@ -140,6 +141,9 @@ class Runtime:
     # -- Host ---------------------------------------------------------------------------
     def now(self) -> float:
         return self.loop.time()
+
+    def wall(self) -> float:
+        return time.time()
 
     def call_later(self, delay: float, fn: Callable[[], None]):
         if delay <= 0:

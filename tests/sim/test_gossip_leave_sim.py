@@ -8,22 +8,21 @@ from raygroups.stack import StackConfig
 from raygroups.stack.discovery.members_file import file_name
 from raygroups.stack.sim import Simulation, SimOptions
 
-from .test_gossip_sim import converged
+from .test_gossip_sim import converged, form
 
 SLOW_DETECTION = dict(swim__suspicion_min_s=30.0, swim__suspicion_max_factor=1.0)
 
 
 @pytest.mark.seeds(10)
+# A joiner listed itself at once and stopped asking its contact once another joined through
+# it: when its SUBSCRIBE or the answer was lost, it founded a second group that merged only
+# by push-pull, too slowly. Before the fix 900011 timed out (900087, 900101 and 900105 with
+# --sim-buggify=on; 900005, 900067 and 900074, reported with them, did not).
+@pytest.mark.regressions(900005, 900011, 900067, 900074, 900087, 900101, 900105)
 def test_a_gossip_leave_is_seen_at_once_and_the_leavers_file_goes(sim_seed):
     sim = Simulation(sim_seed, SimOptions(loss=0.05, delay_s=(0.0005, 0.003)))
     cfg = StackConfig.local(membership="gossip", discovery="memory://leave", **SLOW_DETECTION)
-    n = sim.rng.randint(5, 12)
-    members = [sim.add_member("g", "n0", cfg)]
-    sim.run_until(lambda: members[0].view is not None, 5, "first member")
-    for i in range(1, n):
-        sim.run_for(sim.rng.uniform(0, 0.05))
-        members.append(sim.add_member("g", f"n{i}", cfg))
-    sim.run_until(lambda: converged(members), 30, f"{n} members converge")
+    members = form(sim, sim.rng.randint(5, 12), cfg)
     # the nominal coordinator (members[0] of every list) leaves once its file is written
     leaver = min(members, key=lambda m: m.address)
     own = file_name(leaver.address.uid)

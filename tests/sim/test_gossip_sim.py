@@ -15,17 +15,21 @@ def converged(members):
     return all(m.view is not None and {a.uid for a in m.view.members} == want for m in live)
 
 
+def form(sim, n, cfg):
+    """``n`` members started 0-50 ms apart; once every one lists all of them."""
+    members = [sim.add_member("g", "n0", cfg)]
+    sim.run_until(lambda: members[0].view is not None, 5, "first member")
+    for i in range(1, n):
+        sim.run_for(sim.rng.uniform(0, 0.05))
+        members.append(sim.add_member("g", f"n{i}", cfg))
+    sim.run_until(lambda: converged(members), 30, f"{n} members converge")
+    return members
+
+
 @pytest.mark.seeds(50)
 def test_gossip_join_crash_leave(sim_seed):
     sim = Simulation(sim_seed, SimOptions(loss=0.05, delay_s=(0.0005, 0.003)))
-    n = sim.rng.randint(8, 20)
-    first = sim.add_member("g", "n0", GOSSIP)
-    sim.run_until(lambda: first.view is not None, 5, "first member")
-    members = [first]
-    for i in range(1, n):
-        sim.run_for(sim.rng.uniform(0, 0.05))
-        members.append(sim.add_member("g", f"n{i}", GOSSIP))
-    sim.run_until(lambda: converged(members), 30, f"{n} members converge")
+    members = form(sim, sim.rng.randint(8, 20), GOSSIP)
     victim, leaver = sim.rng.sample(members[1:], 2)
     sim.crash(victim)
     leaver.leave()

@@ -29,11 +29,16 @@ class Timer:
 class ManualHost:
     def __init__(self, local_phys: Any = ("10.0.0.1", 7800)):
         self.local_phys, self.clock, self.heap, self.seq = local_phys, 0.0, [], 0
+        self.wall_offset = 1_700_000_000.0
         self.emitted: list = []    # (dest, bytes) from a transport
         self.delivered: list = []  # what a Top would hand to the application
 
     def now(self) -> float:
         return self.clock
+
+    def wall(self) -> float:
+        """The wall clock: far from ``now`` (a layer that mixes the two clocks shows)."""
+        return self.clock + self.wall_offset
 
     def call_later(self, delay: float, fn) -> Timer:
         t, self.seq = Timer(), self.seq + 1

@@ -178,6 +178,26 @@ def test_rendezvous_reports_other_coordinators_and_removes_stale_files():
     assert s.layer.stats["files_deleted_stale"] == 2
 
 
+def test_a_stale_file_written_again_with_the_same_content_is_probed_again():
+    """X was cut off: we deleted its file as stale, and X wrote it again unchanged (same
+    content, same etag). It is a live coordinator again, to probe and announce to once the
+    partition heals, not a file we are still deleting."""
+    s = make()
+    me, x = s.local, s.addr("X")
+    install(s, me, counter=7)
+    s.advance(0.01)
+    put_file(s, x, [x], counter=4)
+    s.advance(6.5)  # silent past stale_after_s, its view older than ours: deleted
+    assert file_name(x.uid) not in s.store.list(C)
+    put_file(s, x, [x], counter=4)  # X's rendezvous: its own file is gone, written again
+    s.advance(1.1)
+    s.below.events.clear()
+    s.advance(1.0)
+    [nonce] = {p.msg.headers[1][1] for p in probes(s)}
+    answer(s, x, nonce, view=(x, 4))
+    assert ("10.0.0.9", 7000) in s.down_event(DiscoveryTargets())
+
+
 def test_a_file_of_a_member_of_our_view_is_obsolete_only_when_older_than_our_view():
     """X's file from before it joined our view is obsolete; Y's file of a view newer than
     ours is not: our view is stale (Y left it and leads a partition of its own)."""

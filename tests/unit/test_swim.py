@@ -17,7 +17,8 @@ def swim_in_view(names=("a", "b")):
 
 
 def rumors_from(s, sender, *rumors):
-    s.up(Message(s.local, b"", CONTROL, {7: [RUMORS, 0, [list(r) for r in rumors]]},
+    """Rumors (kind, uid, incarnation, extra, rounds left) from ``sender``, created now."""
+    s.up(Message(s.local, b"", CONTROL, {7: [RUMORS, 0, [[*r, s.host.wall()] for r in rumors]]},
                  sender=sender))
 
 
@@ -47,7 +48,8 @@ def test_a_stale_suspicion_is_answered_to_its_sender_with_our_current_incarnatio
         out = s.below.take()
         assert [m.dest for m in out] == [b]
         assert out[0].headers[7] == [RUMORS, 0, [[ALIVE, s.local.uid, 1,
-                                                  ["me", "10.0.0.1", 7800], s.layer._rounds()]]]
+                                                  ["me", "10.0.0.1", 7800], s.layer._rounds(),
+                                                  s.host.wall()]]]
     assert s.layer.inc == 1  # no new incarnation for a stale suspicion
     assert s.layer.stats["stale_suspicions_answered"] == 2
 

@@ -24,8 +24,10 @@ def swim(n_others=4, **cfg):
 
 
 def from_(s, sender, typ, seq, *rest, rumors=()):
-    s.up(Message(s.local, b"", CONTROL, {7: [typ, seq, *rest, [list(r) for r in rumors]]},
-                 sender=sender))
+    """A message from ``sender``; rumors (kind, uid, incarnation, extra, rounds left) without
+    a creation time are created now."""
+    rumors = [list(r) if len(r) == 6 else [*r, s.host.wall()] for r in rumors]
+    s.up(Message(s.local, b"", CONTROL, {7: [typ, seq, *rest, rumors]}, sender=sender))
 
 
 def sent(s, typ):
@@ -134,31 +136,110 @@ def test_the_suspicion_timeout_shrinks_with_independent_confirmations():
     assert all_ < two < alone
 
 
-def test_the_received_rumor_cache_stays_at_its_configured_size():
+def test_the_received_rumor_log_stays_within_twice_its_configured_size():
     s, (a, b, c, d) = swim(rumor_cache=10)
     for inc in range(1, 40):
         from_(s, a, RUMORS, 0, rumors=[(ALIVE, b.uid, inc, None, 3)])
     assert len(s.layer.seen) <= 10
-    assert len(s.layer.crumors) == len(s.layer.ctimes) <= 20
+    assert 10 <= len(s.layer.log) <= 20
 
 
-def test_a_ping_whose_time_frame_holds_fewer_rumors_is_answered_with_the_frame():
-    """The gossip design's anti-entropy: a PING carries (age from, age to, rumors it holds
-    received in that frame); a member holding more answers with its rumors of the frame, in
-    the order it received them; one holding no more says nothing."""
-    s, (a, b, c, d) = swim()
-    for inc in range(1, 6):  # five rumors, received 0.01 s apart
-        from_(s, a, RUMORS, 0, rumors=[(ALIVE, c.uid, inc, None, 3)])
-        s.advance(0.01)
-    from_(s, a, RUMORS, 0, rumors=[(ALIVE, d.uid, 1, None, 3)])  # later: outside the frame
-    s.advance(0.5)
-    lo, hi = 0.505, 0.56  # ages (seconds ago) of the five, not of the later one (0.5)
+def frame_answer(s, asker, start, end, count):
+    """What a PING from ``asker`` offering (start, end, count) gets back: the rumors of each
+    answer message, as (kind, incarnation, creation time)."""
     s.below.take()
-    from_(s, b, PING, 7, [lo, hi, 5])                         # b holds as many: no answer
-    assert [m.dest for m in sent(s, RUMORS)] == []
-    from_(s, b, PING, 8, [lo, hi, 2])                         # b holds fewer
-    [answer] = sent(s, RUMORS)
-    assert answer.dest == b
-    got = [(r[0], r[1], r[2]) for r in answer.headers[7][-1]]
-    assert got == [(ALIVE, c.uid, inc) for inc in range(1, 6)]
+    from_(s, asker, PING, 9, [start, end, count])
+    return [[(r[0], r[2], r[5]) for r in m.headers[7][-1]] for m in sent(s, RUMORS)
+            if m.dest == asker]
+
+
+def test_a_frame_is_counted_and_answered_by_the_rumors_creation_times_not_their_arrival():
+    """The gossip design's anti-entropy files rumors by the time their creator made them:
+    a PING offers (start, end, how many rumors created in [start, end] its sender holds);
+    a member holding more answers with every one, in creation order, whatever order and
+    however late they reached it; one holding no more says nothing."""
+    s, (a, b, c, d) = swim(probe_interval_s=1000.0)  # no rounds of our own meanwhile
+    w = s.host.wall()
+    created = [w - 9.6, w - 9.9, w - 9.7, w - 9.8, w - 9.65]  # in the frame, out of order
+    from_(s, a, RUMORS, 0, rumors=[(ALIVE, d.uid, 1, None, 3, w - 5.0)])  # after the frame
+    for inc, t in enumerate(created, start=1):
+        s.advance(1.0)  # each arrives a second after the one before
+        from_(s, a, RUMORS, 0, rumors=[(ALIVE, c.uid, inc, None, 3, t)])
+    from_(s, a, RUMORS, 0, rumors=[(ALIVE, d.uid, 2, None, 3, w - 12.0)])  # before it
+    start, end = w - 10.0, w - 9.5
+    assert frame_answer(s, b, start, end, 5) == []            # b holds as many: no answer
+    [answer] = frame_answer(s, b, start, end, 2)               # b holds fewer
+    assert answer == sorted(((ALIVE, inc, t) for inc, t in enumerate(created, start=1)),
+                            key=lambda r: r[2])
     assert s.layer.stats["sync_answers"] == 1
+
+
+def test_a_frame_holding_more_than_a_page_is_answered_completely_in_pages():
+    """Every rumor of the frame goes back, ``sync_page`` at most per message."""
+    s, (a, b, c, d) = swim(probe_interval_s=1000.0, sync_page=200)
+    w = s.host.wall()
+    for inc in range(1, 451):
+        from_(s, a, RUMORS, 0, rumors=[(ALIVE, c.uid, inc, None, 3, w - 10 + inc / 1000)])
+    pages = frame_answer(s, b, w - 10.0, w - 9.0, 0)
+    assert [len(p) for p in pages] == [200, 200, 50]
+    assert [r[1] for p in pages for r in p] == list(range(1, 451))
+    assert s.layer.stats["sync_pages"] == 3
+
+
+def test_a_frame_far_longer_than_ours_is_cut_to_twice_ours():
+    """The answer stays bounded whatever a peer asks: frames are 4 probe intervals here."""
+    s, (a, b, c, d) = swim(probe_interval_s=1000.0)
+    w = s.host.wall()
+    from_(s, a, RUMORS, 0, rumors=[(ALIVE, c.uid, 1, None, 3, w - 9000.0)])
+    from_(s, a, RUMORS, 0, rumors=[(ALIVE, c.uid, 2, None, 3, w - 10.0)])
+    [answer] = frame_answer(s, b, w - 100_000.0, w - 9.0, 0)
+    assert [r[1] for r in answer] == [2]  # [w - 8009, w - 9]: not the rumor of w - 9000
+    assert s.layer.stats["sync_frames_cut"] == 1
+
+
+def test_a_ping_offers_the_frame_that_ended_log2_2n_plus_1_rounds_ago_by_the_wall_clock():
+    """The frame a member asks about ends when rumors created then have finished travelling
+    (log2(2N)+1 rounds), is 4 rounds long (the gossip design), and is read off the wall
+    clock, the one clock whose readings mean the same at the other members."""
+    s, (a, b, c, d) = swim()
+    w = s.host.wall()
+    rounds = s.layer._rounds()  # 5 members: 4
+    for inc, age in enumerate((rounds + 3.5, rounds + 0.5, rounds + 6, rounds - 1), start=1):
+        from_(s, a, RUMORS, 0, rumors=[(ALIVE, c.uid, inc, None, 3, w - age * INTERVAL)])
+    s.advance(0.005)
+    while not sent(s, PING):  # the first probe, within the first round
+        s.advance(0.005)
+    [ping] = sent(s, PING)
+    start, end, count = ping.headers[7][2]
+    assert abs(end - (s.host.wall() - rounds * INTERVAL)) < 0.006  # (sent in the last step)
+    assert abs(start - (end - 4 * INTERVAL)) < 1e-9
+    assert count == 2  # the two created 0.5 and 3.5 rounds before the frame's end
+
+
+def test_a_rumor_passed_on_keeps_its_creators_time_and_our_own_carry_our_wall_clock():
+    """a's suspicion of c, made half a second ago, goes on with a's time; ours of c (the
+    suspect is probed next, and nobody answers) with the time we made it."""
+    s, (a, b, c, d) = swim(indirect_probes=0)
+    w = s.host.wall()
+    from_(s, a, RUMORS, 0, rumors=[(SUSPECT, c.uid, 0, a.uid, 3, w - 0.5)])
+    _, target, seq = next_ping(s)
+    assert target == c
+    suspected_at = s.host.wall() + INTERVAL  # the probe's final timeout (no helpers)
+    s.advance(INTERVAL)
+    carried = {r[3]: r[5] for m in s.below.sent for r in m.headers[7][-1]
+               if r[0] == SUSPECT and r[1] == c.uid}
+    assert carried[a.uid] == w - 0.5
+    assert abs(carried[s.local.uid] - suspected_at) < 0.01
+
+
+def test_a_rumor_made_twice_is_filed_under_its_earliest_creation_time():
+    """Two members both making one rumor (two suspicion timeouts declaring one member dead)
+    give it two creation times; every holder keeps the earliest it has seen, so that holders
+    count it in the same frame."""
+    s, (a, b, c, d) = swim(probe_interval_s=1000.0)
+    w = s.host.wall()
+    from_(s, a, RUMORS, 0, rumors=[(SUSPECT, c.uid, 0, a.uid, 3, w - 9.6)])
+    from_(s, b, RUMORS, 0, rumors=[(SUSPECT, c.uid, 0, a.uid, 3, w - 9.9)])
+    assert s.layer.log.count(w - 10.0, w - 9.8) == 1
+    assert s.layer.log.count(w - 9.7, w - 9.5) == 0
+    assert len(s.layer.log) == 1
