@@ -331,7 +331,7 @@ class Group:
                               http_tls=tuple(http_tls) if http_tls else None,
                               ray_signal=ray_signal, fence=fence,
                               ray_poll_s=ray_poll_s, metrics_interval_s=metrics_interval_s,
-                              extra={"detached": detached})
+                              extra={"detached": detached, "max_restarts": max_restarts})
             if created and not existing:
                 # a new group: its first member founds it and the others join it once it
                 # has (their processes start meanwhile): one coordinator, no concurrent
@@ -962,6 +962,17 @@ class Group:
 
     async def leave_async(self, member: str) -> bool:
         return await self._acall("leave", member=member)
+
+    def upgrade(self, stack_options: Optional[dict] = None,
+                runtime_env: Optional[dict] = None, timeout: float = 60.0,
+                progress: Optional[Callable[[str], None]] = None) -> list:
+        """A rolling upgrade: every member in turn leaves and is replaced, on its node and
+        port, by a member actor with ``stack_options`` (``{"transport__wire_versions":
+        (1, 2)}``) and/or Ray's ``runtime_env`` (``{"py_modules": [wheel]}``), the
+        coordinator last, each once the group is whole again (actors/upgrade.py). The names
+        in the order replaced."""
+        from .upgrade import rolling_upgrade
+        return rolling_upgrade(self, stack_options, runtime_env, timeout, progress)
 
     def rejoin(self, member: str) -> dict:
         """``member`` joins again (fresh UUID) after a leave; its info."""

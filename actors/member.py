@@ -549,6 +549,11 @@ class MemberActor(QueueMethods):
                 gms.up_event(MemberDead(addr, reason))
 
     # -- the actor's API --------------------------------------------------------------------
+    def spec_of(self) -> MemberSpec:
+        """The spec this actor was started with (a rolling upgrade starts its successor from
+        it)."""
+        return self.spec
+
     async def ready(self, timeout: float = 60.0) -> dict:
         """Wait until this member joined; its ``info()``. Raises JoinTimeout, or
         JoinRejected when the group refused this member's settings."""
