@@ -13,6 +13,9 @@
     probe CLUSTER      every member's state and attributes (like JGroups' probe), or --json
     rotate-key CLUSTER replace the group's key with a new random one while it runs (no
                        restart, no view change); prints the new key's id, never the key
+    upgrade CLUSTER    a rolling upgrade: each member in turn leaves and is replaced on its
+                       node by the new build (--wheel FILE) and/or stack options (--option
+                       transport__wire_versions=[1,2]), the coordinator last
     list               the groups that have member actors
     bootstrap generate CLUSTER   a bootstrap members file for the live Ray nodes (JGroups
                                  cloud-store discovery)
@@ -201,6 +204,44 @@ def cmd_rotate_key(args: argparse.Namespace) -> int:
     return 0
 
 
+def _options(pairs) -> dict:
+    """``LAYER__FIELD=VALUE`` stack options (JSON values, else strings)."""
+    options = {}
+    for kv in pairs or ():
+        k, _, v = kv.partition("=")
+        try:
+            options[k] = json.loads(v)
+        except ValueError:
+            options[k] = v
+    return options
+
+
+def cmd_upgrade(args: argparse.Namespace) -> int:
+    options = _options(args.option)
+    env = None
+    if args.wheel:
+        if not os.path.isfile(args.wheel) or not args.wheel.endswith(".whl"):
+            _err(f"raygroups upgrade: --wheel {args.wheel!r} is not a wheel file")
+            return 2
+        env = {"py_modules": [os.path.abspath(args.wheel)]}
+    if not options and env is None:
+        _err("raygroups upgrade: give the new build (--wheel) or stack options (--option)")
+        return 2
+    g = _group(args)
+    _err(f"upgrading {args.cluster!r}: {len(g.member_names())} members, one at a time ...")
+    order = g.upgrade(stack_options=options or None, runtime_env=env, timeout=args.timeout,
+                      progress=_err)
+    versions = sorted({p.get("stats", {}).get("stack", {}).get("wire_version")
+                       for p in g.probe() if p and "stats" in p} - {None})
+    if args.json:
+        print(json.dumps({"cluster": args.cluster, "upgraded": order,
+                          "wire_versions": versions}))
+    else:
+        print(f"group {args.cluster!r} upgraded ({len(order)} members; wire version "
+              f"{'/'.join(map(str, versions)) or '?'})")
+    return 0
+
+
 def cmd_members(args: argparse.Namespace) -> int:
     g = _group(args)
     ms = g.members()
@@ -328,13 +369,7 @@ def cmd_bootstrap(args: argparse.Namespace) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     from .simulate import simulate
-    options = {}
-    for kv in args.option or ():
-        k, _, v = kv.partition("=")
-        try:
-            options[k] = json.loads(v)
-        except ValueError:
-            options[k] = v
+    options = _options(args.option)
     out = simulate(args.members, args.membership, args.preset, args.transport, args.seed,
                    args.crash, args.loss, args.join_interval, args.discovery, args.timeout,
                    options, progress=_err, stall_s=args.stall)
@@ -436,6 +471,17 @@ def parser() -> argparse.ArgumentParser:
                     help="seconds each member has to take each step")
     rk.add_argument("--json", action="store_true")
     rk.set_defaults(fn=cmd_rotate_key)
+
+    upg = sub.add_parser("upgrade", help="a rolling upgrade: members replaced one at a time")
+    upg.add_argument("cluster")
+    upg.add_argument("--wheel", default=None, help="the new build: a raygroups wheel file")
+    upg.add_argument("--option", "-o", action="append", metavar="LAYER__FIELD=VALUE",
+                     help="stack option of the new members, e.g. "
+                          "transport__wire_versions=[1,2] (JSON values)")
+    upg.add_argument("--timeout", type=float, default=90.0,
+                     help="seconds each member has to leave and its successor to join")
+    upg.add_argument("--json", action="store_true")
+    upg.set_defaults(fn=cmd_upgrade)
 
     mem = sub.add_parser("members", help="the view's members")
     mem.add_argument("cluster")

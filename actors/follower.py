@@ -69,6 +69,16 @@ class NodeFollower:
         self.stats["launches"] += 1
         self.stats["last_launch_s"] = round(time.monotonic() - t0, 3)
 
+    def update(self, stack_options: Optional[dict] = None,
+               runtime_env: Optional[dict] = None) -> None:
+        """A rolling upgrade: members this follower launches from now on take these stack
+        options (merged over the group's) and this runtime environment."""
+        if stack_options:
+            self.launch = {**self.launch, "stack_options": {
+                **(self.launch.get("stack_options") or {}), **stack_options}}
+        if runtime_env:
+            self.launch = {**self.launch, "runtime_env": runtime_env}
+
     def status(self) -> dict:
         return {"nodes": len(self.nodes), **self.stats}
 
@@ -85,6 +95,18 @@ def start_follower(cluster: str, namespace: str, members_per_node: int, launch: 
                        lifetime="detached", num_cpus=0, max_restarts=-1,
                        max_concurrency=4).remote(cluster, namespace, members_per_node,
                                                  launch, poll_s)
+
+
+def update_follower(cluster: str, namespace: str, stack_options: Optional[dict] = None,
+                    runtime_env: Optional[dict] = None) -> bool:
+    """Tell the group's follower, if it runs, what members it launches from now on take
+    (``NodeFollower.update``); whether one runs."""
+    try:
+        h = ray.get_actor(follower_name(cluster), namespace=namespace)
+    except ValueError:
+        return False
+    ray.get(h.update.remote(stack_options, runtime_env), timeout=30)
+    return True
 
 
 def stop_follower(cluster: str, namespace: str) -> Optional[dict]:

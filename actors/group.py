@@ -154,6 +154,7 @@ class Group:
                metrics_interval_s: float = 5.0, follow_nodes: bool = False,
                wait: bool = True, cluster_key: Any = None, insecure: bool = False,
                bootstrap: Any = None, membership: str = "views",
+               runtime_env: Optional[dict] = None,
                progress: Optional[Callable[[str], None]] = None) -> "Group":
         """Start the group's member actors (or attach to those that exist) and wait until
         they agree on one view.
@@ -193,6 +194,8 @@ class Group:
         joiners look. A member Ray restarts takes a fresh UUID, and the coordinator's members
         file then lists it under that one. Not with ``follow_nodes``, ``members`` or
         ``this_node``.
+        ``runtime_env``: the member actors' Ray runtime environment (``{"py_modules":
+        [wheel]}``: another raygroups build; ``Group.upgrade`` replaces a running group's).
         ``membership="gossip"``: SWIM's eventually consistent member list instead of agreed
         views (Serf-like, for large groups; no primary component, no ordered multicast, no
         work queue): the members "agree" once each lists every member launched.
@@ -235,7 +238,7 @@ class Group:
                       ray_poll_s=ray_poll_s, fence=fence, max_restarts=max_restarts,
                       timeout=min(timeout, 30.0), metrics_interval_s=metrics_interval_s,
                       cluster_key=None, insecure=insecure,  # the key: from Ray's KV
-                      membership=membership)
+                      membership=membership, runtime_env=runtime_env)
         if not wait:
             from .follower import start_follower
             if cluster_key is not None and stored is None:
@@ -343,6 +346,8 @@ class Group:
                                                                                  soft=False))
             if detached:
                 opts["lifetime"] = "detached"
+            if runtime_env:
+                opts["runtime_env"] = runtime_env
             g._handles[s.name] = _member_class().options(**opts).remote(spec)
             created.append(s.name)
             _say(progress, f"{s.name}: starting on node {s.node_ip} ({s.node_id[:8]}), "

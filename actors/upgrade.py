@@ -9,7 +9,9 @@ others), its actor is killed, and a new member actor under the same name starts 
 node and port with the new stack options (``{"transport__wire_versions": (1, 2)}``) and/or a
 new Ray runtime environment (``{"py_modules": ["dist/raygroups-<new>.whl"]}``: the new build),
 with a fresh UUID. The next member goes only once every member is in one view again, so the
-group keeps a primary component throughout: one member of N is out at a time.
+group keeps a primary component throughout: one member of N is out at a time. A node follower
+(``follow_nodes``) is told first, so that a member it launches meanwhile is the new build
+(and the upgrade then attaches to it).
 """
 from __future__ import annotations
 
@@ -48,6 +50,9 @@ def rolling_upgrade(group: Any, stack_options: Optional[dict] = None,
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
     if not stack_options and not runtime_env:
         raise ValueError("an upgrade needs stack_options or a runtime_env")
+    from .follower import update_follower
+    # a follower relaunching a member meanwhile (its sweep) launches the new build too
+    update_follower(group.cluster, group.namespace, stack_options, runtime_env)
     names = group.member_names()
     if not names:
         raise ValueError(f"group {group.cluster!r} has no member to upgrade")
@@ -67,7 +72,7 @@ def rolling_upgrade(group: Any, stack_options: Optional[dict] = None,
         ray.kill(h, no_restart=True)
         group._wait_gone({name}, timeout)
         opts: dict = dict(name=actor_name(group.cluster, name), namespace=group.namespace,
-                          num_cpus=0, max_restarts=spec.extra.get("max_restarts", -1),
+                          get_if_exists=True, num_cpus=0, max_restarts=spec.extra.get("max_restarts", -1),
                           scheduling_strategy=NodeAffinitySchedulingStrategy(node_id,
                                                                              soft=False))
         if spec.extra.get("detached"):
