@@ -295,6 +295,10 @@ class Group:
             # which must not be primary beside the real one (the campaign across hosts found
             # two primaries with id 1 that way)
             stack_options = {"primary__expected_size": len(every), **(stack_options or {})}
+        if existing and membership != "gossip":
+            # members launched into a running group join it; they never start a first
+            # primary component of their own (MySQL Group Replication bootstraps once)
+            stack_options = {"primary__bootstrap": False, **(stack_options or {})}
         if boot is not None:
             stack_options = {**(stack_options or {}), "bootstrap": boot.load()}
             if discovery is not None and not existing:

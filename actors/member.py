@@ -120,7 +120,12 @@ def join_config(config: StackConfig, restarts: int) -> StackConfig:
     seeded UUID again (JGroups cloud-store discovery: a restart takes a fresh UUID, which the
     coordinator's members file then lists). Left to the per-process claim, the new process
     would claim the line again and join under the UUID of its dead self, still in the view."""
-    if restarts and config.store is not None and config.store.bootstrap is not None:
+    if not restarts:
+        return config
+    # a restarted process never bootstraps the group again (a first start belongs to the
+    # launch), and never takes its bootstrap line's seeded UUID again
+    config = config.with_options(primary__bootstrap=False)
+    if config.store is not None and config.store.bootstrap is not None:
         return config.with_options(store__use_bootstrap_identity=False)
     return config
 

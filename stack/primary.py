@@ -74,6 +74,14 @@ class PrimaryConfig:
     and counted (they arrive only from members that finished the round early)."""
     attributes: dict = field(default_factory=dict)
     """Extra attributes this member announces (merged with address, port, status)."""
+    bootstrap: bool = True
+    """This member may take part in a first start: a view whose members know of no primary
+    component (every state says primary id 0) is primary with a majority of
+    ``expected_size`` only when every member of it may bootstrap (each says so in its
+    state, so every member decides alike). MySQL Group Replication bootstraps a group once:
+    member actors run a process Ray restarted, or one launched into a group that is already
+    running, with False, so fresh incarnations never start a new primary lineage beside the
+    group's state (the campaign across Ray hosts lost acknowledged publishes that way)."""
     max_attempts: int = 16
     """Ambiguous attempts (views whose round was interrupted here but may have become
     primary at members that finished it) kept until this member is in a primary again;
@@ -141,7 +149,8 @@ class Primary(Layer):
             self.status = ask.status
         phys = self.below.down_event(GetPhysical())
         attrs = {"address": phys[0] if phys else None, "port": phys[1] if phys else None,
-                 "status": self.status, **self.config.attributes}
+                 "status": self.status, "bootstrap": self.config.bootstrap,
+                 **self.config.attributes}
         if len(view) > self.config.relay_above:
             relay = view.members[0]
             self.round["relay"] = relay
@@ -313,7 +322,8 @@ class Primary(Layer):
         if states:
             top = max(states.values(), key=lambda s: s[0])
             max_pid = top[0]
-            quorate = self._quorate(view, max_pid, top[1]) and \
+            first = all(st[2].get("bootstrap", True) is not False for st in states.values())
+            quorate = self._quorate(view, max_pid, top[1], first) and \
                 self._past_attempts(view, states)
             # max + 1 (MySQL Group Replication), but never below the view's own counter: a
             # member whose
@@ -374,10 +384,15 @@ class Primary(Layer):
                 return False
         return True
 
-    def _quorate(self, view, max_pid: int, last: list) -> bool:
+    def _quorate(self, view, max_pid: int, last: list, first_start: bool = True) -> bool:
         """A majority of the last primary view's members (``last``, UUIDs) is in ``view``;
-        before any primary existed (``max_pid`` 0), a majority of ``expected_size``."""
+        before any primary existed (``max_pid`` 0), a majority of ``expected_size``, when
+        every member may bootstrap (``first_start``; an interrupted round's attempt is
+        counted as if they all may: its states are not all known here)."""
         if max_pid == 0:
+            if not first_start:
+                self.stats["first_start_refused"] += 1
+                return False
             return 2 * len(view) > self.config.expected_size
         last_set = set(last)
         return 2 * sum(1 for m in view.members if m.uid in last_set) > len(last_set)
@@ -463,7 +478,8 @@ class Primary(Layer):
         if t is MemberAttributes:
             _, _, states, max_pid = self.attrs
             ann = self.announced
-            return {a: dict(s[2], primary_id=s[0], joiner=s[0] < max_pid,
+            return {a: dict({k: v for k, v in s[2].items() if k != "bootstrap"},
+                            primary_id=s[0], joiner=s[0] < max_pid,
                             **({"status": ann[a]} if a in ann else {}))
                     for a, s in states.items()}
         if t is SetStatus:

@@ -35,7 +35,19 @@ def test_a_restarted_member_never_takes_its_seeded_uuid_again():
     assert join_config(cfg, 0).store.use_bootstrap_identity
     assert not join_config(cfg, 1).store.use_bootstrap_identity
     plain = StackConfig.local()
-    assert join_config(plain, 3) is plain  # no bootstrap file: nothing to change
+    assert join_config(plain, 0) is plain
+    again = join_config(plain, 3)  # no bootstrap file: only the first-start rule changes
+    assert again.store is None and plain.primary.bootstrap and not again.primary.bootstrap
+
+
+def test_a_restarted_member_never_bootstraps_the_group_again():
+    """A process Ray restarted joins the group; it never takes part in a first start (a
+    view of fresh incarnations knowing no primary would start a new lineage beside the
+    group's state: the campaign across Ray hosts lost acknowledged publishes that way)."""
+    cfg = StackConfig.local(primary__expected_size=3)
+    assert join_config(cfg, 0).primary.bootstrap
+    assert not join_config(cfg, 1).primary.bootstrap
+    assert join_config(cfg, 1).primary.expected_size == 3
 
 
 def test_the_cli_passes_a_bootstrap_file_and_launch_refuses_it_with_other_plans():

@@ -62,7 +62,8 @@ def test_the_view_is_held_until_every_members_state_arrived():
     [st] = s.below.take()
     assert st.dest is None and st.flags == INTERNAL
     assert st.headers[9] == [STATE, vid(v), 0, [],
-                             {"address": PHYS[0], "port": PHYS[1], "status": ONLINE}, {},
+                             {"address": PHYS[0], "port": PHYS[1], "status": ONLINE,
+                              "bootstrap": True}, {},
                              []]  # no ambiguous attempts
     assert delivered_views(s) == [] and writable(s) == [False]
     s.up(state(s.local, v), state(s.b, v))
@@ -232,7 +233,7 @@ def test_attributes_come_from_the_states_the_same_on_every_member():
     v = change(s, s.local, s.b, s.c)
     [st] = s.below.take()
     assert st.headers[9][4] == {"address": PHYS[0], "port": PHYS[1], "status": ONLINE,
-                                "zone": "eu"}
+                                "bootstrap": True, "zone": "eu"}
     last = [s.local, s.b]
     s.up(Message(None, b"", INTERNAL, {9: [STATE, vid(v), 2, [m.uid for m in last],
                                            {"status": ONLINE, "zone": "eu"}, {}]}, s.local),
@@ -323,3 +324,26 @@ def test_a_state_with_unusable_primary_members_does_not_lose_the_view():
     v2 = change(s, s.local, s.c)
     exchange(s, v2)
     assert [v.view_id for v in delivered_views(s)] == [v1.view_id, v2.view_id]
+
+
+def test_a_first_start_needs_every_member_free_to_bootstrap():
+    """A view whose members know no primary component is a first start: primary with a
+    majority of expected_size, but only when every member's state allows it (a restarted
+    member actor says no), so fresh incarnations never start a new lineage."""
+    s = make(expected_size=3)
+    v = change(s, s.local, s.b)
+    s.up(state(s.local, v, attrs={"status": ONLINE, "bootstrap": True}),
+         state(s.b, v, attrs={"status": ONLINE, "bootstrap": False}))
+    assert not delivered_views(s)[-1].primary
+    assert s.layer.stats["first_start_refused"] == 1 and s.layer.last_pid == 0
+    v = change(s, s.local, s.b)
+    s.up(state(s.local, v, attrs={"status": ONLINE, "bootstrap": True}),
+         state(s.b, v, attrs={"status": ONLINE}))  # a state from before the flag: may
+    assert delivered_views(s)[-1].primary and s.layer.last_pid == 2
+
+
+def test_a_member_that_may_not_bootstrap_says_so_in_its_state():
+    s = make(bootstrap=False)
+    change(s, s.local, s.b)
+    [st] = s.below.take()
+    assert st.headers[9][4]["bootstrap"] is False

@@ -39,7 +39,8 @@ def test_a_member_reports_to_the_relay_and_installs_from_its_states():
     [rep] = s.below.take()
     assert rep.dest == s.b and rep.flags == INTERNAL  # a unicast to the first member
     assert rep.headers[9] == [REPORT, vid(v), 0, None,
-                              {"address": PHYS[0], "port": PHYS[1], "status": ONLINE}, {}, []]
+                              {"address": PHYS[0], "port": PHYS[1], "status": ONLINE,
+                               "bootstrap": True}, {}, []]
     assert delivered_views(s) == []
     entries = [[0, 0, {"status": ONLINE, "n": i}, {"x": i}] for i in range(3)]
     s.up(Message(None, b"", INTERNAL, {9: [STATES, vid(v), entries, [None]]}, s.b))
