@@ -122,6 +122,14 @@ class Channel:
         return self.stack.view if self.stack is not None else None
 
     @property
+    def left(self) -> Optional[Left]:
+        """How this member left the group, once it has: ``reason`` is "left" for a graceful
+        leave, else why it was excluded or gave up (e.g. "recovery failed: ..."); None while
+        it is in."""
+        done = self._left is not None and self._left.done()
+        return self._left.result() if done else None
+
+    @property
     def address(self):
         if self.stack is None:
             raise NotConnected("connect() first")
@@ -205,12 +213,14 @@ class Channel:
         """Every member's state-exchange attributes (address, port, status, primary_id,
         joiner), the same answer on every member (MySQL Group Replication's FR-1): the last
         exchange's, with the status changes announced since in their one order (ONLINE,
-        RECOVERING, DONOR, OFFLINE, ERROR; see stack/primary.py)."""
-        self._check_open()
+        RECOVERING, DONOR, OFFLINE, ERROR; see stack/primary.py). A joiner answers while it
+        recovers too, before its first view is delivered (it lists itself RECOVERING); {}
+        before the first exchange."""
+        self._check_open(need_view=False)
         return self.stack.member_attributes()
 
-    def _check_open(self) -> None:
-        if self.stack is None or self.view is None:
+    def _check_open(self, need_view: bool = True) -> None:
+        if self.stack is None or (need_view and self.view is None):
             raise NotConnected("connect() first")
         if self._closed:
             raise GroupClosed(f"channel {self.name} is closed")
