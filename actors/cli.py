@@ -58,8 +58,9 @@ def _ray_address(args: argparse.Namespace) -> str:
     return args.address or os.environ.get("RAY_ADDRESS") or "auto"
 
 
-def connect(args: argparse.Namespace) -> Any:
-    """ray.init to the cluster (quietly), giving up after ``--timeout``; returns ray."""
+def connect(args: argparse.Namespace, runtime_env: Optional[dict] = None) -> Any:
+    """ray.init to the cluster (quietly), giving up after ``--timeout``; returns ray.
+    ``runtime_env``: the job's (Ray uploads its local files, e.g. a wheel, at this point)."""
     addr = _ray_address(args)
     if loopback_address(addr):
         keep_on_loopback()
@@ -76,7 +77,7 @@ def connect(args: argparse.Namespace) -> Any:
     watchdog.start()
     try:
         ray.init(address=addr, log_to_driver=False, logging_level="WARNING",
-                 configure_logging=False)
+                 configure_logging=False, runtime_env=runtime_env)
     finally:
         watchdog.cancel()
     return ray
@@ -218,27 +219,31 @@ def _options(pairs) -> dict:
 
 def cmd_upgrade(args: argparse.Namespace) -> int:
     options = _options(args.option)
-    env = None
-    if args.wheel:
-        if not os.path.isfile(args.wheel) or not args.wheel.endswith(".whl"):
-            _err(f"raygroups upgrade: --wheel {args.wheel!r} is not a wheel file")
-            return 2
-        env = {"py_modules": [os.path.abspath(args.wheel)]}
-    if not options and env is None:
+    if args.wheel and (not os.path.isfile(args.wheel) or not args.wheel.endswith(".whl")):
+        _err(f"raygroups upgrade: --wheel {args.wheel!r} is not a wheel file")
+        return 2
+    if not options and not args.wheel:
         _err("raygroups upgrade: give the new build (--wheel) or stack options (--option)")
         return 2
+    env = None
+    if args.wheel:
+        # Ray uploads a local file only for a job: this one's, whose package URI (gcs://)
+        # the new member actors are then given
+        ray = connect(args, runtime_env={"py_modules": [os.path.abspath(args.wheel)]})
+        env = {"py_modules": ray.get_runtime_context().runtime_env["py_modules"]}
     g = _group(args)
     _err(f"upgrading {args.cluster!r}: {len(g.member_names())} members, one at a time ...")
     order = g.upgrade(stack_options=options or None, runtime_env=env, timeout=args.timeout,
                       progress=_err)
     versions = sorted({p.get("stats", {}).get("stack", {}).get("wire_version")
                        for p in g.probe() if p and "stats" in p} - {None})
+    builds = sorted({g.info(n).get("version") for n in g.member_names()} - {None})
     if args.json:
         print(json.dumps({"cluster": args.cluster, "upgraded": order,
-                          "wire_versions": versions}))
+                          "wire_versions": versions, "builds": builds}))
     else:
-        print(f"group {args.cluster!r} upgraded ({len(order)} members; wire version "
-              f"{'/'.join(map(str, versions)) or '?'})")
+        print(f"group {args.cluster!r} upgraded ({len(order)} members; raygroups "
+              f"{'/'.join(builds) or '?'}; wire version {'/'.join(map(str, versions)) or '?'})")
     return 0
 
 

@@ -38,8 +38,8 @@ from dataclasses import replace
 from typing import Any, AsyncIterator, Callable, Iterator, Optional
 
 import ray
-from ray.exceptions import (ActorUnschedulableError, GetTimeoutError, RayActorError,
-                            RayTaskError)
+from ray.exceptions import (ActorDiedError, ActorUnschedulableError, GetTimeoutError,
+                            RayActorError, RayTaskError)
 
 from raygroups.stack import RaygroupsError, StackConfig
 from raygroups.stack.auth import as_ring, key_id
@@ -506,19 +506,26 @@ class Group:
     def _call(self, method: str, *args: Any, member: Optional[str] = None,
               timeout: Optional[float] = CALL_TIMEOUT_S, **kw: Any) -> Any:
         """``method`` on ``member``, or on the current member, then the others, then (after
-        looking the group up again) the members found then, until one answers."""
+        looking the group up again) the members found then, until one answers. A named
+        member whose actor is gone is looked up again by its name once (a rolling upgrade
+        replaces actors under their names)."""
         last: Optional[BaseException] = None
+        died = False
         for refreshed in (False, True):
             if refreshed:
-                if member is not None or last is None:
+                if last is None or (member is not None and not died):
                     break
-                self._refresh()
+                if member is None:
+                    self._refresh()
+                # else the named member's actor died for good: ask the one under its name
+                # now (a rolling upgrade replaced it), once
             for name in self._targets(member):
                 try:
                     out = ray.get(getattr(self._handle(name), method).remote(*args, **kw),
                                   timeout=timeout)
                 except (RayTaskError, *GONE, NotMember) as e:
                     last = self._failure(name, e, member)
+                    died = isinstance(e, ActorDiedError) and not refreshed
                     if member is not None:
                         break
                     continue
@@ -532,17 +539,20 @@ class Group:
                      timeout: Optional[float] = CALL_TIMEOUT_S, **kw: Any) -> Any:
         """``_call`` for asyncio callers."""
         last: Optional[BaseException] = None
+        died = False
         for refreshed in (False, True):
             if refreshed:
-                if member is not None or last is None:
+                if last is None or (member is not None and not died):
                     break
-                await asyncio.to_thread(self._refresh)
+                if member is None:
+                    await asyncio.to_thread(self._refresh)
             for name in self._targets(member):
                 try:
                     ref = getattr(self._handle(name), method).remote(*args, **kw)
                     out = await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout)
                 except (RayTaskError, *GONE, NotMember) as e:
                     last = self._failure(name, e, member)
+                    died = isinstance(e, ActorDiedError) and not refreshed
                     if member is not None:
                         break
                     continue

@@ -32,6 +32,7 @@ from typing import Any, Optional
 
 import ray
 
+from raygroups import __version__
 from raygroups.stack import (Channel, GroupClosed, JoinRejected, JoinTimeout, Message,
                              StackConfig, ViewChange)
 from raygroups.stack.auth import as_ring
@@ -590,7 +591,8 @@ class MemberActor(QueueMethods):
                 "view_id": _view_id(view), "view_size": len(view) if view else 0,
                 "coordinator": bool(view and ch.address == view.coordinator),
                 "restarts": self.restarts, "started_at": self.started_at,
-                "error": self.error, "fenced": self.fenced}
+                "error": self.error, "fenced": self.fenced,
+                "version": __version__}  # the build this member runs (rolling upgrades)
 
     def view(self):
         """The current view (a ``raygroups.stack.View``)."""

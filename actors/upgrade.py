@@ -7,7 +7,9 @@ it speaks, and the group speaks the highest one they all have; see docs/architec
 view's coordinator last. Each leaves gracefully (its last multicasts are flushed to the
 others), its actor is killed, and a new member actor under the same name starts on the same
 node and port with the new stack options (``{"transport__wire_versions": (1, 2)}``) and/or a
-new Ray runtime environment (``{"py_modules": ["dist/raygroups-<new>.whl"]}``: the new build),
+new Ray runtime environment (``{"py_modules": ["gcs://raygroups-<new>.whl"]}``: the new build;
+Ray uploads a local wheel only for a job, so ``raygroups upgrade --wheel`` gives it to its own
+``ray.init`` and passes the package's URI on),
 with a fresh UUID. The next member goes only once every member is in one view again, so the
 group keeps a primary component throughout: one member of N is out at a time. A node follower
 (``follow_nodes``) is told first, so that a member it launches meanwhile is the new build
@@ -50,6 +52,14 @@ def rolling_upgrade(group: Any, stack_options: Optional[dict] = None,
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
     if not stack_options and not runtime_env:
         raise ValueError("an upgrade needs stack_options or a runtime_env")
+    if runtime_env:  # checked before any member leaves
+        try:
+            _member_class().options(runtime_env=runtime_env)
+        except ValueError as e:
+            raise ValueError(f"runtime_env: {e} Ray uploads a local file (a wheel) only for a "
+                             "job: give it to ray.init(runtime_env=...) and pass the job's "
+                             "ray.get_runtime_context().runtime_env here, or use `raygroups "
+                             "upgrade --wheel`") from None
     from .follower import update_follower
     # a follower relaunching a member meanwhile (its sweep) launches the new build too
     update_follower(group.cluster, group.namespace, stack_options, runtime_env)

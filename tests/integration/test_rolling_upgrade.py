@@ -3,9 +3,17 @@ member actors at the default wire versions (1, 1) are replaced one at a time by 
 at (1, 2) while the driver sends through the group. An observer channel at (1, 2), in the
 group throughout, sees: every view primary; the group's wire version 1 while any (1, 1) member
 is in the view and 2 from the view without the last one; every message the driver sent,
-exactly once and in order. Then a member at (2, 2) only is refused, naming both ranges."""
+exactly once and in order. Then a member at (2, 2) only is refused, naming both ranges.
+
+``raygroups upgrade CLUSTER --wheel FILE`` on a group the CLI started: every member then runs
+the wheel's build (a copy of this checkout with its own version number), after the CLI's job
+ended, and a local wheel given to ``Group.upgrade`` is refused before any member leaves."""
 import asyncio
+import json
 import os
+import shutil
+import subprocess
+import sys
 import threading
 import time
 
@@ -20,6 +28,7 @@ from raygroups.stack.message import Message  # noqa: E402
 from raygroups.stack.view import ViewChange  # noqa: E402
 
 CLUSTER = f"upg-{os.getpid()}"
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NEXT = {"transport__wire_versions": (1, 2)}
 
 
@@ -115,5 +124,59 @@ def test_a_rolling_upgrade_under_traffic_loses_nothing_and_raises_the_version_la
             Group.launch(CLUSTER, members=7, timeout=60,
                          stack_options={"transport__wire_versions": (2, 2)})
         assert len(Group.attach(CLUSTER).member_names()) == 6  # the refused one removed
+    finally:
+        g.shutdown()
+
+
+def cli(session, cwd, *args: str, timeout: float = 300.0) -> subprocess.CompletedProcess:
+    """The CLI as a user runs it: not from this checkout, whose directory would come ahead
+    of the new build on the members' path (Ray gives the workers its drivers' sys.path)."""
+    env = session.env(PYTHONPATH=os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-m", "raygroups.actors", *args], env=env,
+                         capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    assert out.returncode == 0, f"raygroups {' '.join(args)}:\n{out.stdout}\n{out.stderr}"
+    return out
+
+
+def new_build(tmp_path, version: str) -> str:
+    """A wheel of this checkout numbered ``version``: the "new build" of an upgrade."""
+    src = tmp_path / "checkout"
+    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "campaign-results", "__pycache__", "*.egg-info", "build", "dist"))
+    import raygroups
+    init = src / "raygroups" / "__init__.py"
+    old = f'__version__ = "{raygroups.__version__}"'
+    assert old in init.read_text()
+    init.write_text(init.read_text().replace(old, f'__version__ = "{version}"'))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w",
+                    str(tmp_path / "dist"), str(src)], check=True, capture_output=True,
+                   text=True, timeout=600)
+    [whl] = (tmp_path / "dist").glob("raygroups-*.whl")
+    return str(whl)
+
+
+def test_raygroups_upgrade_with_a_wheel_runs_the_new_build_on_every_member(ray_session,
+                                                                           tmp_path):
+    import raygroups
+    cluster = f"upw-{os.getpid()}"
+    new = f"{raygroups.__version__}+next"
+    whl = new_build(tmp_path, new)
+    cli(ray_session, tmp_path, "up", cluster, "--members", "3", "--json", "--token-file",
+        str(tmp_path / "token"))
+    g = Group.attach(cluster)
+    try:
+        assert {g.info(n)["version"] for n in g.member_names()} == {raygroups.__version__}
+        with pytest.raises(ValueError, match="only for a job"):
+            g.upgrade(runtime_env={"py_modules": [whl]})
+        assert len(g.view().members) == 3  # refused before anyone left
+        out = cli(ray_session, tmp_path, "upgrade", cluster, "--wheel", whl, "--option",
+                  "transport__wire_versions=[1,2]", "--json")
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+        assert sorted(result["upgraded"]) == sorted(g.member_names())
+        assert result["builds"] == [new] and result["wire_versions"] == [2], result
+        # the CLI's job is over; the members live on, from the wheel it uploaded
+        assert {g.info(n)["version"] for n in g.member_names()} == {new}
+        assert len(g.view().members) == 3 and g.view().primary
+        g.send(b"after the upgrade")
     finally:
         g.shutdown()
