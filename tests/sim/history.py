@@ -73,10 +73,17 @@ class History:
         raise AssertionError(f"{text}; reproduce with --sim-seed={self.sim.seed}{bug}")
 
     def check_views(self) -> None:
+        """View agreement: one view id, one member list; each incarnation of a member
+        installs growing view ids (a fresh incarnation starts its own, from its first view)."""
         seen = {}
         for m in self.sim.members:
             last = None
-            for v in m.views:
+            for ev in m.events:
+                if type(ev) is not ViewChange:
+                    continue
+                v = ev.view
+                if ev.previous is None:
+                    last = None
                 key = (v.view_id.coord.uid, v.view_id.id)
                 members = tuple(a.uid for a in v.members)
                 if seen.setdefault(key, members) != members:
