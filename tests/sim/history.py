@@ -73,10 +73,17 @@ class History:
         raise AssertionError(f"{text}; reproduce with --sim-seed={self.sim.seed}{bug}")
 
     def check_views(self) -> None:
+        """View agreement: one view id, one member list; each incarnation of a member
+        installs growing view ids (a fresh incarnation starts its own, from its first view)."""
         seen = {}
         for m in self.sim.members:
             last = None
-            for v in m.views:
+            for ev in m.events:
+                if type(ev) is not ViewChange:
+                    continue
+                v = ev.view
+                if ev.previous is None:
+                    last = None
                 key = (v.view_id.coord.uid, v.view_id.id)
                 members = tuple(a.uid for a in v.members)
                 if seen.setdefault(key, members) != members:
@@ -122,9 +129,11 @@ class History:
                 seen.setdefault(vid, []).append((m.name, seq))
 
     def check_primary(self) -> None:
-        """At most one primary component per primary view-id; view-id 0 outside one; no
-        message was sent outside a primary component."""
+        """At most one primary component per primary view-id, each holding a majority of the
+        one before it; view-id 0 outside one; no message was sent outside a primary
+        component."""
         self.check_one_primary_per_id()
+        self.check_primary_lineage()
         for m in self.sim.members:
             for v in m.views:
                 if not v.primary and v.primary_id != 0:
@@ -155,6 +164,26 @@ class History:
                         self.fail(f"{m.name}'s primary id went from {last[me]} to "
                                   f"{v.primary_id}")
                     last[me] = v.primary_id
+
+    def check_primary_lineage(self) -> None:
+        """Dynamic voting's rule, as MySQL Group Replication's primary component keeps it:
+        the primary components form one lineage, each holding a majority of the one before
+        it, counted by member incarnation (a fresh incarnation of a member is not that
+        member), in primary-id order (the order the next state exchange goes by: the last
+        primary is the highest id any member knows). Two components with one id follow
+        each other by view id, so they must hold a majority of each other too."""
+        comps = {}  # (primary id, view id) -> (a member that installed it, its member uids)
+        for m in self.sim.members:
+            for v in m.views:
+                if v.primary:
+                    comps.setdefault((v.primary_id, _vid(v)[::-1]),
+                                     (m.name, frozenset(a.uid for a in v.members)))
+        lineage = sorted(comps.items())
+        for (before, (_, old)), (key, (name, new)) in zip(lineage, lineage[1:]):
+            if 2 * len(old & new) <= len(old):
+                self.fail(f"primary id {key[0]} (view {key[1][0]} of {len(new)}, at {name}) "
+                          f"holds {len(old & new)} of the {len(old)} members of primary id "
+                          f"{before[0]} before it, no majority")
 
     def check_fifo(self, gaps: bool = False) -> None:
         """Per sender in order without duplicates; ``gaps`` allows the holes a partition

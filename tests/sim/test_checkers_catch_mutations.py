@@ -71,6 +71,7 @@ CHECKS = {  # checker -> (with faults?, how it runs)
     "virtual synchrony": (True, lambda h, ms: h.check_virtual_synchrony()),
     "total order": (True, lambda h, ms: h.check_total_order()),
     "one primary per id": (True, lambda h, ms: h.check_one_primary_per_id()),
+    "primary lineage": (True, lambda h, ms: h.check_primary_lineage()),
     "fifo": (False, lambda h, ms: h.check_fifo()),
     "no loss": (False, lambda h, ms: h.check_no_loss(ms)),
     "errors": (True, lambda h, ms: h.check_errors()),
@@ -121,6 +122,15 @@ def _unordered(down):
     return patched
 
 
+def _majority_of_the_view(self, view, max_pid, last, first_start=True):
+    """The last primary's members in the view counted against the view, not against the
+    last primary: any side of a split that is all old members is primary."""
+    if max_pid == 0:
+        return first_start and 2 * len(view) > self.config.expected_size
+    last_set = set(last)
+    return 2 * sum(1 for m in view.members if m.uid in last_set) > len(view)
+
+
 def _drain_out_of_order(self, w, out):
     for seq in sorted(w.pending):  # whatever waits behind a gap, at once
         out.append(w.pending.pop(seq))
@@ -142,7 +152,9 @@ MUTATIONS = [
     ("total order", "in different orders",
      lambda mp: mp.setattr(Sequencer, "down", _unordered(Sequencer.down))),
     ("one primary per id", "given to two components",
-     lambda mp: mp.setattr(Primary, "_quorate", lambda self, view, pid, last: True)),
+     lambda mp: mp.setattr(Primary, "_quorate", lambda self, *args: True)),
+    ("primary lineage", "no majority",
+     lambda mp: mp.setattr(Primary, "_quorate", _majority_of_the_view)),
     ("fifo", "then", lambda mp: mp.setattr(NakAck, "_drain", _drain_out_of_order)),
     ("no loss", "never delivered",
      lambda mp: mp.setattr(NakAck, "_check_gaps", lambda self: None)),
