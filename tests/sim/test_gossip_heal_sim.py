@@ -9,12 +9,13 @@ Each seed forms a group of 6-12 members, splits it into halves, thirds, or two s
 by a bridge (members that reach both), holds the split 10-120 s (simulated; at least until
 each side sees it), sometimes crashes a member meanwhile, then heals it: every live member
 must list every live member within HEAL_S of the heal, and still at HEAL_S; from then on,
-for FLAP_WINDOW_S, no live member is declared dead again (before HEAL_S, a suspicion taken up during the split may
-still expire, e.g. across a bridge, where refutations travel by gossip alone: its member
-is told and comes back). Discovery is varied so that each way to heal is also tried alone:
-IP multicast (announcements reach everyone, and the reconnect round runs), the discovery
-store without the reconnect round (its rendezvous makes the coordinators announce to each
-other), and the reconnect round alone (static hosts, no IP multicast, no announcements)."""
+for FLAP_WINDOW_S, no live member is declared dead again (before HEAL_S, a suspicion taken
+up during the split may still expire, e.g. across a bridge, where refutations travel by
+gossip alone: its member is told and comes back). Discovery is varied so that each way to
+heal is also tried alone: IP multicast (announcements reach everyone, and the reconnect
+round runs), the discovery store without the reconnect round (its rendezvous makes the
+coordinators announce to each other), and the reconnect round alone (static hosts, no IP
+multicast, no announcements)."""
 import pytest
 
 from raygroups.stack import StackConfig
