@@ -61,6 +61,7 @@ from .subscription import Subscription
 CALL_TIMEOUT_S = 60.0
 # a member actor that died, or cannot be placed (its node is dead): another member answers
 GONE = (RayActorError, ActorUnschedulableError)
+_REFRESH = object()  # _route: look the group up again before the next call
 _remote_cls = None
 
 
@@ -507,41 +508,62 @@ class Group:
               timeout: Optional[float] = CALL_TIMEOUT_S, unsure: Optional[type] = None,
               **kw: Any) -> Any:
         """``method`` on ``member``, or on the current member, then the others, then (after
-        looking the group up again) the members found then, until one answers. A named
-        member whose actor is gone is looked up again by its name once (a rolling upgrade
-        replaces actors under their names). ``unsure``: the call is not idempotent (a
-        publish): when the member it went to vanished with it in flight, raise ``unsure``
-        (its outcome is unknown) rather than send it again elsewhere."""
-        last: Optional[BaseException] = None
-        died = False
-        for refreshed in (False, True):
-            if refreshed:
-                if last is None or (member is not None and not died):
-                    break
-                if member is None:
+        looking the group up again) the members found then, until one answers (the policy:
+        ``_route``). ``unsure``: the call is not idempotent (a publish): when the member it
+        went to vanished with it in flight, raise ``unsure`` (its outcome is unknown) rather
+        than send it again elsewhere."""
+        route = self._route(member, method, unsure)
+        try:
+            name = next(route)
+            while True:
+                if name is _REFRESH:
                     self._refresh()
-                # else the named member's actor died for good: ask the one under its name
-                # now (a rolling upgrade replaced it), once
-            for name in self._targets(member):
+                    name = next(route)
+                    continue
                 try:
                     out = ray.get(getattr(self._handle(name), method).remote(*args, **kw),
                                   timeout=timeout)
                 except (RayTaskError, *GONE, NotMember) as e:
-                    last = self._failure(name, e, member, method, unsure)
-                    died = isinstance(e, ActorDiedError) and not refreshed
-                    if member is not None:
-                        break
+                    name = route.send(e)
                     continue
                 except GetTimeoutError:
                     raise TimeoutError(f"{method} on {name} took over {timeout}s") from None
                 self._answered(name, member)
                 return out
-        raise last if last is not None else NoSuchGroup(self.cluster)
+        except StopIteration as stop:
+            raise stop.value from None
 
     async def _acall(self, method: str, *args: Any, member: Optional[str] = None,
                      timeout: Optional[float] = CALL_TIMEOUT_S, unsure: Optional[type] = None,
                      **kw: Any) -> Any:
         """``_call`` for asyncio callers."""
+        route = self._route(member, method, unsure)
+        try:
+            name = next(route)
+            while True:
+                if name is _REFRESH:
+                    await asyncio.to_thread(self._refresh)
+                    name = next(route)
+                    continue
+                try:
+                    ref = getattr(self._handle(name), method).remote(*args, **kw)
+                    out = await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout)
+                except (RayTaskError, *GONE, NotMember) as e:
+                    name = route.send(e)
+                    continue
+                except asyncio.TimeoutError:
+                    raise TimeoutError(f"{method} on {name} took over {timeout}s") from None
+                self._answered(name, member)
+                return out
+        except StopIteration as stop:
+            raise stop.value from None
+
+    def _route(self, member: Optional[str], method: str, unsure: Optional[type]):
+        """The retry policy of ``_call`` and ``_acall``: yields the member to call next, or
+        ``_REFRESH`` when the group must be looked up again first; is sent the error each
+        call failed with; returns the error to raise when no member answered. A call naming
+        its member goes to it alone, but when its actor died for good the one under its
+        name is asked once more (a rolling upgrade replaces actors under their names)."""
         last: Optional[BaseException] = None
         died = False
         for refreshed in (False, True):
@@ -549,22 +571,14 @@ class Group:
                 if last is None or (member is not None and not died):
                     break
                 if member is None:
-                    await asyncio.to_thread(self._refresh)
+                    yield _REFRESH
             for name in self._targets(member):
-                try:
-                    ref = getattr(self._handle(name), method).remote(*args, **kw)
-                    out = await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout)
-                except (RayTaskError, *GONE, NotMember) as e:
-                    last = self._failure(name, e, member, method, unsure)
-                    died = isinstance(e, ActorDiedError) and not refreshed
-                    if member is not None:
-                        break
-                    continue
-                except asyncio.TimeoutError:
-                    raise TimeoutError(f"{method} on {name} took over {timeout}s") from None
-                self._answered(name, member)
-                return out
-        raise last if last is not None else NoSuchGroup(self.cluster)
+                e = yield name
+                last = self._failure(name, e, member, method, unsure)
+                died = isinstance(e, ActorDiedError) and not refreshed
+                if member is not None:
+                    break
+        return last if last is not None else NoSuchGroup(self.cluster)
 
     def _get(self, name: str, ref: Any, timeout: float = CALL_TIMEOUT_S) -> Any:
         """The result of a call made on ``name``, its errors as ``_call`` raises them for a
