@@ -34,15 +34,16 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("sim_seed", list(seeds), ids=lambda s: f"seed{s}")
 
 
-WHEEL_SPARK = "tests/integration/test_packaging.py::test_a_fresh_venv_with_the_spark_extra"
+WHEEL_SPARK = ("tests/integration/test_packaging.py::"
+               "test_a_fresh_venv_runs_a_group_then_with_the_spark_extra_passes_the_spark_tests")
 SPARK_TESTS = ("tests/integration/test_spark_views.py::",
                "tests/integration/test_spark_stream.py::")
 
 
 def pytest_collection_modifyitems(config, items):
     """A run that includes the packaging test of the ``[spark]`` extra (the whole suite)
-    runs the Spark tests of the shared RayDP session there, once, against the installed wheel, instead of here from the
-    checkout as well (one RayDP session costs about 20 s, the tests about a minute). Run on
+    runs the Spark tests of the shared RayDP session there, once, against the installed
+    wheel, instead of here from the checkout as well (one RayDP session costs about 20 s, the tests about a minute). Run on
     their own, they run here."""
     if any(i.nodeid.startswith(WHEEL_SPARK) for i in items):
         spark = [i for i in items if i.nodeid.startswith(SPARK_TESTS)]

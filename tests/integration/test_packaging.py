@@ -1,11 +1,11 @@
 """The package as a user installs it: a wheel built from this checkout, installed (not
-editable) into fresh virtual environments. Without extras the core pulls no Spark; the
+editable) into a fresh virtual environment. Without extras the core pulls no Spark; the
 member actors, ``Group.launch`` and the CLI work from it on a Ray of its own; importing the
-Spark integration says which extra it needs. With ``[spark]`` the Spark tests of the shared
-RayDP session (tests/integration/test_spark_views.py and test_spark_stream.py) pass against
-the installed wheel: the whole suite runs them there, once, rather than from the editable
-checkout (tests/conftest.py). Packaging mistakes (a module left out of the wheel, an
-undeclared import, an extra that misses a dependency) fail here, not at a user's."""
+Spark integration says which extra it needs. With ``[spark]`` added to it the Spark tests of
+the shared RayDP session (tests/integration/test_spark_views.py and test_spark_stream.py)
+pass against the installed wheel: the whole suite runs them there, once, rather than from
+the editable checkout (tests/conftest.py). Packaging mistakes (a module left out of the
+wheel, an undeclared import, an extra that misses a dependency) fail here, not at a user's."""
 import glob
 import os
 import shutil
@@ -80,13 +80,28 @@ def test_the_wheel_holds_every_package_and_declares_its_extras(wheel):
 def fresh_venv(tmp_path, *requirements: str):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", *requirements],
-                         capture_output=True, text=True, timeout=900)
-    assert pip.returncode == 0, pip.stderr[-2000:]
+    pip_install(venv, *requirements)
     return venv
 
 
-def test_a_fresh_venv_without_extras_runs_a_group_on_ray(wheel, tmp_path):
+def pip_install(venv, *requirements: str) -> None:
+    pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", *requirements],
+                         capture_output=True, text=True, timeout=900)
+    assert pip.returncode == 0, pip.stderr[-2000:]
+
+
+SPARK_TESTS = ["tests/integration/test_spark_views.py",
+               "tests/integration/test_spark_stream.py"]
+
+
+def test_a_fresh_venv_runs_a_group_then_with_the_spark_extra_passes_the_spark_tests(
+        wheel, tmp_path):
+    """Without extras (``pip install raygroups``): the core pulls no Spark, a group runs on
+    a Ray of its own, the CLI answers. Then ``pip install 'raygroups[spark]'`` (the wheel)
+    and the test tools into the same environment, nothing else; the Spark tests run from a
+    copy of tests/ outside the checkout, so that ``import raygroups`` (in the driver, the
+    member actors and Spark's Python workers) can only find the wheel. One environment for
+    both halves: installing Ray twice cost the suite a minute."""
     venv = fresh_venv(tmp_path, wheel)
     ray_tmp = tempfile.mkdtemp(prefix="rgpkg-", dir="/tmp")  # short: Ray's socket paths
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RAY_ADDRESS")}
@@ -98,16 +113,7 @@ def test_a_fresh_venv_without_extras_runs_a_group_on_ray(wheel, tmp_path):
     import raygroups
     assert version.stdout.strip() == f"raygroups {raygroups.__version__}", version
 
-
-SPARK_TESTS = ["tests/integration/test_spark_views.py",
-               "tests/integration/test_spark_stream.py"]
-
-
-def test_a_fresh_venv_with_the_spark_extra_passes_the_spark_tests(wheel, tmp_path):
-    """``pip install 'raygroups[spark]'`` (the wheel) and the test tools, nothing else; the
-    tests run from a copy of tests/ outside the checkout, so that ``import raygroups`` (in
-    the driver, the member actors and Spark's Python workers) can only find the wheel."""
-    venv = fresh_venv(tmp_path, f"{wheel}[spark]", "pytest", "hypothesis")
+    pip_install(venv, f"{wheel}[spark]", "pytest", "hypothesis")
     python = str(venv / "bin" / "python")
     suite = tmp_path / "suite"
     shutil.copytree(os.path.join(REPO, "tests"), suite / "tests",
