@@ -16,8 +16,16 @@ BUGGIFY ?= test
 demo: $(VENV)/.installed
 	$(PY) -m raygroups.integration.demo
 
+# The unit and simulator tests (CPU only, each on its own) on two processes, then the tests
+# on real sockets, Ray, Spark and network namespaces one at a time (they share one Ray and
+# one RayDP session). PYTEST_ARGS="<files, ids or options>" runs one plain pytest instead.
 test: $(VENV)/.installed
+ifeq ($(strip $(PYTEST_ARGS)),)
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --durations=10 tests/unit tests/sim
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 tests/integration
+else
 	$(PY) -m pytest -q -p no:cacheprovider --durations=25 $(PYTEST_ARGS)
+endif
 
 # Simulator campaigns over fresh seeds: make campaign SEEDS=1000 BASE=<never run>
 # [TESTS="file or id ..."] [EXCLUDE="id prefix ..."] [MINUTES=<time box>]
