@@ -12,7 +12,8 @@ from .discovery.store_discovery import StoreDiscovery, StoreDiscoveryConfig
 from .faults import FaultConfig, Faults
 from .flow_control import FlowControl, FlowControlConfig
 from .frag import Frag, FragConfig
-from .primary import Primary, PrimaryConfig
+from .errors import ConfigError
+from .primary import TIE_BREAKERS, Primary, PrimaryConfig
 from .rng import Rng
 from .sequencer import Sequencer, SequencerConfig
 from .state_transfer import StateTransfer, StateTransferConfig
@@ -137,7 +138,20 @@ class StackConfig:
             if sub is None or not hasattr(sub, name):
                 raise TypeError(f"unknown stack option {key!r}")
             setattr(sub, name, value)
+        cfg.check_primary()
         return cfg
+
+    def check_primary(self) -> None:
+        """``primary.tie_breaker`` is known, and "store" has a store to take leases in
+        (ConfigError otherwise)."""
+        tb = self.primary.tie_breaker
+        if tb not in TIE_BREAKERS:
+            raise ConfigError(f"primary.tie_breaker is one of {TIE_BREAKERS}, not {tb!r}")
+        if tb == "store" and self.membership == "views" and \
+                (self.store is None or not self.store.url):
+            raise ConfigError("primary.tie_breaker='store' takes its leases in the discovery "
+                              "store: configure store discovery (discovery='file:///dir', "
+                              "'s3://bucket/prefix', 'ray-kv://' or 'memory://name')")
 
     @property
     def needs_mcast_socket(self) -> bool:
@@ -167,6 +181,7 @@ class StackConfig:
               uid: Optional[bytes] = None) -> Stack:
         """Compose the layers bottom-first into a Stack (ConfigError for settings no stack
         can run with)."""
+        self.check_primary()
         bottom = [Transport(self.transport)]
         if self.faults is not None:
             bottom.append(Faults(self.faults))

@@ -7,9 +7,11 @@ from raygroups.stack.sim import Simulation
 
 
 def test_agreed_lists_the_marked_layer_fields_and_the_applications_own():
-    assert StackConfig.local().agreed() == {"primary.relay_above": 32}
+    assert StackConfig.local().agreed() == {"primary.relay_above": 32,
+                                            "primary.tie_breaker": "none"}
     cfg = StackConfig.local(primary__relay_above=8, gms__agreed={"app.schema": 3, "ok": True})
-    assert cfg.agreed() == {"primary.relay_above": 8, "app.schema": 3, "ok": True}
+    assert cfg.agreed() == {"primary.relay_above": 8, "primary.tie_breaker": "none",
+                            "app.schema": 3, "ok": True}
     # a built stack's GMS carries them
     sim = Simulation(1)
     m = sim.add_member("c", "a", cfg)
