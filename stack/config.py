@@ -163,13 +163,17 @@ class StackConfig:
         """The settings every member of a group must share, ``"layer.field": value``: the
         layer fields marked ``metadata={"agreed": True}`` and ``gms.agreed`` (an
         application's own, e.g. ``{"app.schema": 3}``). A joiner whose settings differ from
-        the coordinator's is refused with ``JoinRejected``."""
+        the coordinator's is refused with ``JoinRejected``. A field marked
+        ``"agreed": "unless_default"`` (one added after builds that did not know it) is left
+        out at its default, so those builds, which send nothing for it, still match."""
         out = {}
         for f in dataclasses.fields(self):
             sub = getattr(self, f.name)
             if dataclasses.is_dataclass(sub):
                 out.update((f"{f.name}.{g.name}", getattr(sub, g.name))
-                           for g in dataclasses.fields(sub) if g.metadata.get("agreed"))
+                           for g in dataclasses.fields(sub) if g.metadata.get("agreed")
+                           and not (g.metadata["agreed"] == "unless_default"
+                                    and getattr(sub, g.name) == g.default))
         for key, value in self.gms.agreed.items():
             if type(key) is not str or type(value) not in (str, int, float, bool):
                 raise TypeError(f"gms__agreed: str keys and str/int/float/bool values, "

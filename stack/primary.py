@@ -109,7 +109,7 @@ class PrimaryConfig:
     says, every member multicasting its state (N^2 deliveries, no relay). 0: always relay.
     Must be the same on every member: a joiner with another value is refused
     (``JoinRejected``, see ``GmsConfig.agreed``)."""
-    tie_breaker: str = field(default="none", metadata={"agreed": True})
+    tie_breaker: str = field(default="none", metadata={"agreed": "unless_default"})
     """What an even split decides (Corosync qdevice's idea, through the discovery store).
     "none": a view with exactly half of the last primary component is not primary (MySQL
     Group Replication's rule), so a 2+2 split, or a group of two that lost one, has no
@@ -117,7 +117,9 @@ class PrimaryConfig:
     lease: its first member creates ``<cluster>/primary-<id>-<digest>.lease`` in the
     discovery store if absent (the first creator wins; a view with the same members wins
     again) and multicasts the outcome in the exchange. Needs store discovery
-    (``ConfigError`` otherwise). Must be the same on every member (agreed)."""
+    (``ConfigError`` otherwise). Must be the same on every member: a joiner with another
+    value is refused (agreed; left out of the agreed settings at "none", so builds before
+    this setting still join)."""
     tie_breaker_timeout_s: float = 10.0
     """How long a view's first member tries to take a lease (a failed store call is
     retried every ``tie_breaker_retry_s``) before the view is given up as not primary; the

@@ -115,3 +115,13 @@ def test_tie_breaker_campaign(sim_seed):
         traffic(sim, h, members, rng.uniform(0.2, 1.0))
     sim.run_until(lambda: one_view(members), 30, "one view after the last heal")
     h.check_group()
+
+
+@pytest.mark.seeds(5)
+def test_a_joiner_with_another_tie_breaker_is_refused(sim_seed):
+    sim = Simulation(sim_seed)
+    group = start(sim, 2, config(2, "none"))
+    x = sim.add_member("g", "x", config(2))
+    sim.run_until(lambda: x.left is not None, 30, "x refused")
+    assert "primary.tie_breaker is None in the group, 'store' here" in x.left.reason
+    assert all(len(m.view) == 2 for m in group)
