@@ -106,13 +106,12 @@ def test_tie_breaker_campaign(sim_seed):
             sim.crash(live[0])
         else:
             sim.partition(live[:len(live) // 2], live[len(live) // 2:])
-        outage = rng.random() < 0.3
-        sim.store.unavailable = outage
-        traffic(sim, h, members, rng.uniform(1.0, 4.0))
-        sim.store.unavailable = False
-        traffic(sim, h, members, rng.uniform(0.0, 3.0))  # the store back during the split
-        sim.heal()
-        traffic(sim, h, members, rng.uniform(0.2, 1.0))
+        sim.store.unavailable = rng.random() < 0.3  # an outage during the split
+        # traffic: split (maybe no store), split with the store back, healed
+        for low, high, then in ((1.0, 4.0, lambda: setattr(sim.store, "unavailable", False)),
+                                (0.0, 3.0, sim.heal), (0.2, 1.0, lambda: None)):
+            traffic(sim, h, members, rng.uniform(low, high))
+            then()
     sim.run_until(lambda: one_view(members), 30, "one view after the last heal")
     h.check_group()
 
