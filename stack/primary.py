@@ -41,8 +41,8 @@ holds exactly half of the last primary component (and a majority of every ambigu
 is primary only with that component's lease. Once the states are in, every member computes
 the same tie; the view's first member creates the lease object in the discovery store if it
 is absent (its name derived from the last primary id and members, its content this view's
-members; one already holding this view's members is a win too, read back), through the host's
-``StoreClient`` as store discovery does, and multicasts the outcome (LEASE); every member
+half of them; one already holding the same half is a win too, read back: a re-run of the
+exchange, joiners or not), through the host's ``StoreClient`` as store discovery does, and multicasts the outcome (LEASE); every member
 waits for it as for a state and applies it alike. Both halves of a split race for the same
 object and at most one create succeeds, so at most one half is primary; a store that fails
 or does not answer within ``tie_breaker_timeout_s`` loses. No expiry: a lease is never
@@ -115,8 +115,8 @@ class PrimaryConfig:
     Group Replication's rule), so a 2+2 split, or a group of two that lost one, has no
     primary until the heal. "store": such a view is primary when it wins that component's
     lease: its first member creates ``<cluster>/primary-<id>-<digest>.lease`` in the
-    discovery store if absent (the first creator wins; a view with the same members wins
-    again) and multicasts the outcome in the exchange. Needs store discovery
+    discovery store if absent (the first creator wins; a later view with the same half of
+    that component wins again) and multicasts the outcome in the exchange. Needs store discovery
     (``ConfigError`` otherwise). Must be the same on every member: a joiner with another
     value is refused (agreed; left out of the agreed settings at "none", so builds before
     this setting still join)."""
@@ -468,8 +468,10 @@ class Primary(Layer):
             return
         digest = hashlib.sha256(b"".join(sorted(last))).hexdigest()[:16]
         name = f"primary-{max_pid}-{digest}.lease"
-        mine = sorted(a.uid.hex() for a in view.members)
-        data = json.dumps({"view": [r["vid"][0].hex(), r["vid"][1]], "members": mine}).encode()
+        # the holder: this view, and its half of the split component (what a re-run compares)
+        half = sorted(a.uid.hex() for a in view.members if a.uid in set(last))
+        data = json.dumps({"view": [r["vid"][0].hex(), r["vid"][1]], "half": half,
+                           "members": sorted(a.uid.hex() for a in view.members)}).encode()
         store = getattr(self.ctx.host, "store", None)
         if store is None:
             self.stats["lease_no_store"] += 1
@@ -510,11 +512,11 @@ class Primary(Layer):
                 failed(error)
                 return
             try:
-                holder = json.loads(result[0])["members"]
+                holder = json.loads(result[0])["half"]
             except (ValueError, TypeError, KeyError):
                 self.stats["lease_malformed"] += 1
                 holder = None
-            self._lease_outcome(r, holder == mine)
+            self._lease_outcome(r, holder == half)
 
         def expire() -> None:
             if current():

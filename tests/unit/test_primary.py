@@ -390,7 +390,24 @@ def test_an_even_split_with_the_lease_won_is_primary():
     assert got.primary and got.primary_id == 5
     [(name, text)] = s.store.files("test").items()
     assert name.startswith("primary-4-") and name.endswith(".lease")
-    assert json.loads(text)["members"] == sorted(m.uid.hex() for m in v.members)
+    assert json.loads(text)["half"] == sorted(m.uid.hex() for m in v.members)
+
+
+def test_the_same_half_wins_again_with_a_joiner():
+    """The winner's round was interrupted before its LEASE (a joiner came): the next view,
+    the same half of the split component and the joiner, reads its lease back and wins."""
+    s = tied()
+    v = change(s, s.local, s.b)
+    exchange(s, v, pids={m: 4 for m in v.members}, members={m: s.last for m in v.members})
+    s.advance(1.0)  # the lease is taken ...
+    assert s.store.calls["put"] == 1 and lease_sent(s) == [[LEASE, vid(v), True]]
+    x = s.addr("X")
+    v2 = run_exchange(s, s.local, s.b, x)  # ... but the next view came before the LEASE
+    assert s.store.calls["get"] == 1 and lease_sent(s)[-1] == [LEASE, vid(v2), True]
+    assert delivered_views(s)[-1].primary and delivered_views(s)[-1].primary_id == 5
+    # another half of the same component loses
+    v3 = run_exchange(s, s.local, s.c)
+    assert lease_sent(s)[-1] == [LEASE, vid(v3), False]
 
 
 def test_an_even_split_with_the_lease_lost_is_not_primary_and_the_same_members_win_again():
