@@ -12,7 +12,8 @@ from .discovery.store_discovery import StoreDiscovery, StoreDiscoveryConfig
 from .faults import FaultConfig, Faults
 from .flow_control import FlowControl, FlowControlConfig
 from .frag import Frag, FragConfig
-from .primary import Primary, PrimaryConfig
+from .errors import ConfigError
+from .primary import TIE_BREAKERS, Primary, PrimaryConfig
 from .rng import Rng
 from .sequencer import Sequencer, SequencerConfig
 from .state_transfer import StateTransfer, StateTransferConfig
@@ -137,7 +138,20 @@ class StackConfig:
             if sub is None or not hasattr(sub, name):
                 raise TypeError(f"unknown stack option {key!r}")
             setattr(sub, name, value)
+        cfg.check_primary()
         return cfg
+
+    def check_primary(self) -> None:
+        """``primary.tie_breaker`` is known, and "store" has a store to take leases in
+        (ConfigError otherwise)."""
+        tb = self.primary.tie_breaker
+        if tb not in TIE_BREAKERS:
+            raise ConfigError(f"primary.tie_breaker is one of {TIE_BREAKERS}, not {tb!r}")
+        if tb == "store" and self.membership == "views" and \
+                (self.store is None or not self.store.url):
+            raise ConfigError("primary.tie_breaker='store' takes its leases in the discovery "
+                              "store: configure store discovery (discovery='file:///dir', "
+                              "'s3://bucket/prefix', 'ray-kv://' or 'memory://name')")
 
     @property
     def needs_mcast_socket(self) -> bool:
@@ -149,13 +163,17 @@ class StackConfig:
         """The settings every member of a group must share, ``"layer.field": value``: the
         layer fields marked ``metadata={"agreed": True}`` and ``gms.agreed`` (an
         application's own, e.g. ``{"app.schema": 3}``). A joiner whose settings differ from
-        the coordinator's is refused with ``JoinRejected``."""
+        the coordinator's is refused with ``JoinRejected``. A field marked
+        ``"agreed": "unless_default"`` (one added after builds that did not know it) is left
+        out at its default, so those builds, which send nothing for it, still match."""
         out = {}
         for f in dataclasses.fields(self):
             sub = getattr(self, f.name)
             if dataclasses.is_dataclass(sub):
                 out.update((f"{f.name}.{g.name}", getattr(sub, g.name))
-                           for g in dataclasses.fields(sub) if g.metadata.get("agreed"))
+                           for g in dataclasses.fields(sub) if g.metadata.get("agreed")
+                           and not (g.metadata["agreed"] == "unless_default"
+                                    and getattr(sub, g.name) == g.default))
         for key, value in self.gms.agreed.items():
             if type(key) is not str or type(value) not in (str, int, float, bool):
                 raise TypeError(f"gms__agreed: str keys and str/int/float/bool values, "
@@ -167,6 +185,7 @@ class StackConfig:
               uid: Optional[bytes] = None) -> Stack:
         """Compose the layers bottom-first into a Stack (ConfigError for settings no stack
         can run with)."""
+        self.check_primary()
         bottom = [Transport(self.transport)]
         if self.faults is not None:
             bottom.append(Faults(self.faults))

@@ -35,13 +35,28 @@ after the view. So every member of a view answers ``attributes()`` the same at t
 (each member a prefix: one that leaves the view early applies fewer). A change made during
 a round is sent once the round is done; an announcement a view change overtakes is lost,
 and the next exchange carries the status instead (the member's next STATE is sent after it).
+
+The even-split tie-breaker (``tie_breaker="store"``, Corosync qdevice's idea): a view that
+holds exactly half of the last primary component (and a majority of every ambiguous attempt)
+is primary only with that component's lease. Once the states are in, every member computes
+the same tie; the view's first member creates the lease object in the discovery store if it
+is absent (its name derived from the last primary id and members, its content this view's
+half of them; one already holding the same half is a win too, read back: a re-run of the
+exchange, joiners or not), through the host's ``StoreClient`` as store discovery does, and multicasts the outcome (LEASE); every member
+waits for it as for a state and applies it alike. Both halves of a split race for the same
+object and at most one create succeeds, so at most one half is primary; a store that fails
+or does not answer within ``tie_breaker_timeout_s`` loses. No expiry: a lease is never
+taken over (see docs/architecture.md).
 """
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from .discovery.store import StoreConflict
 from .errors import NotPrimary
 from .events import (CollectExchange, ExchangeResult, GetPhysical, Leave, MemberStatuses,
                      StatusAnnounced, Writable)
@@ -49,13 +64,14 @@ from .layer import Layer
 from .message import INTERNAL, Message
 from .view import ViewChange
 
-STATE, REPORT, STATES, ANNOUNCE, STATUS = 0, 2, 3, 4, 5
+STATE, REPORT, STATES, ANNOUNCE, STATUS, LEASE = 0, 2, 3, 4, 5, 6
 _BYTES = {bytes}
 _INTS = {int}
 EARLY_ROUNDS = 4  # views whose early REPORTs a relay keeps
 ONLINE, RECOVERING, DONOR, OFFLINE, ERROR = "ONLINE", "RECOVERING", "DONOR", "OFFLINE", "ERROR"
 STATUSES = (ONLINE, RECOVERING, DONOR, OFFLINE, ERROR)
 FINAL = (OFFLINE, ERROR)  # a member that leaves, or whose recovery failed, stays so
+TIE_BREAKERS = ("none", "store")
 
 
 @dataclass
@@ -93,6 +109,23 @@ class PrimaryConfig:
     says, every member multicasting its state (N^2 deliveries, no relay). 0: always relay.
     Must be the same on every member: a joiner with another value is refused
     (``JoinRejected``, see ``GmsConfig.agreed``)."""
+    tie_breaker: str = field(default="none", metadata={"agreed": "unless_default"})
+    """What an even split decides (Corosync qdevice's idea, through the discovery store).
+    "none": a view with exactly half of the last primary component is not primary (MySQL
+    Group Replication's rule), so a 2+2 split, or a group of two that lost one, has no
+    primary until the heal. "store": such a view is primary when it wins that component's
+    lease: its first member creates ``<cluster>/primary-<id>-<digest>.lease`` in the
+    discovery store if absent (the first creator wins; a later view with the same half of
+    that component wins again) and multicasts the outcome in the exchange. Needs store discovery
+    (``ConfigError`` otherwise). Must be the same on every member: a joiner with another
+    value is refused (agreed; left out of the agreed settings at "none", so builds before
+    this setting still join)."""
+    tie_breaker_timeout_s: float = 10.0
+    """How long a view's first member tries to take a lease (a failed store call is
+    retried every ``tie_breaker_retry_s``) before the view is given up as not primary; the
+    view's members wait for the outcome as for a state."""
+    tie_breaker_retry_s: float = 0.5
+    """Delay between tries of a lease whose store call failed."""
 
 
 class Primary(Layer):
@@ -191,6 +224,10 @@ class Primary(Layer):
     def _on_header(self, m: Message, h) -> None:
         if h[0] == STATES:
             self._on_states(h[1], h[2], h[3])
+            return
+        if h[0] == LEASE:
+            _, vid, won = h
+            self._on_lease(m.sender, vid, won)
             return
         if h[0] == ANNOUNCE:
             _, vid, status = h
@@ -315,7 +352,7 @@ class Primary(Layer):
         self._finish()
 
     def _finish(self) -> None:
-        r, self.round = self.round, None
+        r = self.round
         view = r["change"].view
         states = r["states"]
         quorate, pid = False, 0
@@ -323,8 +360,16 @@ class Primary(Layer):
             top = max(states.values(), key=lambda s: s[0])
             max_pid = top[0]
             may = sum(1 for st in states.values() if st[2].get("bootstrap", True) is not False)
-            quorate = self._quorate(view, max_pid, top[1], may) and \
-                self._past_attempts(view, states)
+            majority = self._quorate(view, max_pid, top[1], may)
+            tie = not majority and self._tie(view, max_pid, top[1])
+            if (majority or tie) and "past" not in r:
+                r["past"] = self._past_attempts(view, states)
+            quorate = (majority or tie) and r["past"]
+            if quorate and tie:
+                if "lease" not in r:  # the view's first member's lease decides; wait for it
+                    self._await_lease(r, max_pid, top[1])
+                    return
+                quorate = r["lease"]
             # max + 1 (MySQL Group Replication), but never below the view's own counter: a
             # member whose
             # round for an earlier view was interrupted may not know that view became
@@ -334,6 +379,7 @@ class Primary(Layer):
             # member per member and view would be N^2 small objects in a large group)
             self.attrs = (r["vid"], view, states, max_pid)
             self.announced, self.announcements = {}, 0
+        self.round = None
         if states:
             self.above.up_event(ExchangeResult({a: st[3] for a, st in states.items()},
                                                r["vid"]))
@@ -361,8 +407,9 @@ class Primary(Layer):
             return
         known = list(r["states"].values()) + [(self.last_pid, self.last_members)]
         top = max(known, key=lambda s: s[0])
-        if not self._quorate(view, top[0], top[1]):
-            return
+        if not self._quorate(view, top[0], top[1]) and not (
+                self._tie(view, top[0], top[1]) and r.get("lease") is not False):
+            return  # (a tie could have won its lease unless this member knows it lost)
         self.attempts[(view.view_id.coord.uid, view.view_id.id)] = \
             [a.uid for a in view.members]
         while len(self.attempts) > self.config.max_attempts:
@@ -401,6 +448,101 @@ class Primary(Layer):
             return False
         last_set = set(last)
         return 2 * sum(1 for m in view.members if m.uid in last_set) > len(last_set)
+
+    # -- the even-split tie-breaker (primary.tie_breaker="store") ---------------------------
+    def _tie(self, view, max_pid: int, last: list) -> bool:
+        """The view holds exactly half of the last primary component (not a first start)
+        and a lease may break the tie."""
+        if self.config.tie_breaker != "store" or max_pid == 0:
+            return False
+        last_set = set(last)
+        return 2 * sum(1 for m in view.members if m.uid in last_set) == len(last_set)
+
+    def _await_lease(self, r: dict, max_pid: int, last: list) -> None:
+        """Every member waits for the LEASE of the view's first member, which takes the lease
+        of the primary component being split (``max_pid``, members ``last``)."""
+        r["tie"] = True
+        self.stats["ties"] += 1
+        view = r["change"].view
+        if view.members[0] != self.ctx.local:
+            return
+        digest = hashlib.sha256(b"".join(sorted(last))).hexdigest()[:16]
+        name = f"primary-{max_pid}-{digest}.lease"
+        # the holder: this view, and its half of the split component (what a re-run compares)
+        half = sorted(a.uid.hex() for a in view.members if a.uid in set(last))
+        data = json.dumps({"view": [r["vid"][0].hex(), r["vid"][1]], "half": half,
+                           "members": sorted(a.uid.hex() for a in view.members)}).encode()
+        store = getattr(self.ctx.host, "store", None)
+        if store is None:
+            self.stats["lease_no_store"] += 1
+            self._lease_outcome(r, False)
+            return
+        deadline = self.ctx.now() + self.config.tie_breaker_timeout_s
+        cluster = self.ctx.cluster
+
+        def current() -> bool:
+            return self.ctx.running and self.round is r and "sent" not in r
+
+        def attempt() -> None:
+            if current():
+                self.stats["lease_puts"] += 1
+                store.put(cluster, name, data, created, if_absent=True)
+
+        def failed(error) -> None:
+            self.stats["lease_errors"] += 1
+            if self.ctx.now() + self.config.tie_breaker_retry_s < deadline:
+                self.ctx.schedule(self.config.tie_breaker_retry_s, attempt)
+            else:
+                self._lease_outcome(r, False)
+
+        def created(_, error) -> None:
+            if not current():
+                return
+            if error is None:
+                self._lease_outcome(r, True)
+            elif isinstance(error, StoreConflict):  # taken: by a view with our members?
+                store.get(cluster, name, read)
+            else:
+                failed(error)
+
+        def read(result, error) -> None:
+            if not current():
+                return
+            if error is not None or result is None:
+                failed(error)
+                return
+            try:
+                holder = json.loads(result[0])["half"]
+            except (ValueError, TypeError, KeyError):
+                self.stats["lease_malformed"] += 1
+                holder = None
+            self._lease_outcome(r, holder == half)
+
+        def expire() -> None:
+            if current():
+                self.stats["lease_timeouts"] += 1
+                self._lease_outcome(r, False)
+
+        self.ctx.schedule(self.config.tie_breaker_timeout_s, expire)
+        attempt()
+
+    def _lease_outcome(self, r: dict, won: bool) -> None:
+        """The first member tells the view (itself too) whether its lease was won."""
+        r["sent"] = True
+        self.stats["leases_won" if won else "leases_lost"] += 1
+        self.below.down(Message(None, b"", INTERNAL, {9: [LEASE, r["vid"], won]}))
+
+    def _on_lease(self, sender, vid, won) -> None:
+        if type(won) is not bool:
+            raise ValueError("LEASE")
+        r = self.round
+        if r is None or vid != r["vid"] or sender != r["change"].view.members[0] \
+                or "lease" in r:
+            self.stats["stale_leases"] += 1
+            return
+        r["lease"] = won  # may come before every state did: used once they are in
+        if r.get("tie") and not r["awaited"]:
+            self._finish()
 
     def _deliver(self, change: ViewChange, primary: bool, pid: int) -> None:
         """The view goes up with its verdict, then what arrived during its round."""

@@ -42,8 +42,11 @@ def _member_of(change: ViewChange, member) -> bool:
 
 
 class History:
-    def __init__(self, sim):
+    def __init__(self, sim, tie_breaker: bool = False):
         self.sim = sim
+        self.tie_breaker = tie_breaker
+        """The group runs ``primary.tie_breaker="store"``: a primary component may hold
+        exactly half of the one before it (it won that one's lease)."""
         self.sent = []          # (sender_uid, k, frozenset(view member uids at send time))
         self.counters = defaultdict(int)
         self.primary_at_send = []
@@ -171,7 +174,9 @@ class History:
         it, counted by member incarnation (a fresh incarnation of a member is not that
         member), in primary-id order (the order the next state exchange goes by: the last
         primary is the highest id any member knows). Two components with one id follow
-        each other by view id, so they must hold a majority of each other too."""
+        each other by view id, so they must hold a majority of each other too. With the
+        even-split tie-breaker, exactly half is enough (two halves of one component both
+        primary still break the lineage: the later holds none of the earlier)."""
         comps = {}  # (primary id, view id) -> (a member that installed it, its member uids)
         for m in self.sim.members:
             for v in m.views:
@@ -180,7 +185,7 @@ class History:
                                      (m.name, frozenset(a.uid for a in v.members)))
         lineage = sorted(comps.items())
         for (before, (_, old)), (key, (name, new)) in zip(lineage, lineage[1:]):
-            if 2 * len(old & new) <= len(old):
+            if 2 * len(old & new) < len(old) + (not self.tie_breaker):
                 self.fail(f"primary id {key[0]} (view {key[1][0]} of {len(new)}, at {name}) "
                           f"holds {len(old & new)} of the {len(old)} members of primary id "
                           f"{before[0]} before it, no majority")

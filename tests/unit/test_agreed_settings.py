@@ -10,6 +10,9 @@ def test_agreed_lists_the_marked_layer_fields_and_the_applications_own():
     assert StackConfig.local().agreed() == {"primary.relay_above": 32}
     cfg = StackConfig.local(primary__relay_above=8, gms__agreed={"app.schema": 3, "ok": True})
     assert cfg.agreed() == {"primary.relay_above": 8, "app.schema": 3, "ok": True}
+    # a setting added later is agreed only away from its default (older builds send none)
+    tie = StackConfig.local(discovery="memory://x", primary__tie_breaker="store")
+    assert tie.agreed() == {"primary.relay_above": 32, "primary.tie_breaker": "store"}
     # a built stack's GMS carries them
     sim = Simulation(1)
     m = sim.add_member("c", "a", cfg)

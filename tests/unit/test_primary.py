@@ -1,11 +1,15 @@
 """PRIMARY in a sandwich: the state exchange after every view (STATE from every member before
 the view goes up), quorum rules, primary ids, interrupted rounds, attributes, NotPrimary."""
+import json
+
 import pytest
 
-from raygroups.stack.errors import NotPrimary
+from raygroups.stack.discovery.store import MemoryStore, ScheduledStoreClient
+from raygroups.stack.config import StackConfig
+from raygroups.stack.errors import ConfigError, NotPrimary
 from raygroups.stack.events import CollectExchange, ExchangeResult, GetPhysical, Writable
 from raygroups.stack.message import INTERNAL, Message
-from raygroups.stack.primary import (RECOVERING, ONLINE, STATE, MemberAttributes, Primary,
+from raygroups.stack.primary import (LEASE, RECOVERING, ONLINE, STATE, MemberAttributes, Primary,
                                      PrimaryConfig, SetStatus)
 from raygroups.stack.view import View, ViewChange, ViewId
 
@@ -14,8 +18,8 @@ from .sandwich import Sandwich
 PHYS = ("10.0.0.1", 7800)
 
 
-def make(**cfg):
-    s = Sandwich(Primary(PrimaryConfig(**cfg)), answers={GetPhysical: PHYS})
+def make(seed=0, **cfg):
+    s = Sandwich(Primary(PrimaryConfig(**cfg)), answers={GetPhysical: PHYS}, seed=seed)
     s.b, s.c, s.d, s.e = (s.addr(n) for n in "BCDE")
     s.counter = 0
     s.current = None
@@ -349,3 +353,122 @@ def test_a_member_that_may_not_bootstrap_says_so_in_its_state():
     change(s, s.local, s.b)
     [st] = s.below.take()
     assert st.headers[9][4]["bootstrap"] is False
+
+
+# -- the even-split tie-breaker (primary.tie_breaker="store") ---------------------------------
+def tied(store=None, seed=0, **cfg):
+    """A member with a store client (``store``: a MemoryStore; latency 0.01 s per call)
+    whose last primary was (us, B, C, D), primary id 4."""
+    s = make(tie_breaker="store", seed=seed, **cfg)
+    s.store = store if store is not None else MemoryStore()
+    s.host.store = ScheduledStoreClient(s.store, s.host.call_later, lambda: 0.01)
+    s.last = [s.local, s.b, s.c, s.d]
+    return s
+
+
+def lease_sent(s):
+    return [m.headers[9] for m in s.below.sent if m.headers[9][0] == LEASE]
+
+
+def run_exchange(s, *members):
+    """A view of ``members`` (first one coordinator), their states (the last primary as
+    ``tied`` says), the store calls, and the LEASE the coordinator multicast looped back."""
+    v = change(s, *members)
+    exchange(s, v, pids={m: 4 for m in members}, members={m: s.last for m in members})
+    s.advance(1.0)
+    for h in lease_sent(s):
+        if h[1] == vid(v):
+            s.up(Message(None, b"", INTERNAL, {9: h}, s.local))
+    return v
+
+
+def test_an_even_split_with_the_lease_won_is_primary():
+    s = tied()
+    v = run_exchange(s, s.local, s.b)
+    assert lease_sent(s) == [[LEASE, vid(v), True]]
+    got = delivered_views(s)[-1]
+    assert got.primary and got.primary_id == 5
+    [(name, text)] = s.store.files("test").items()
+    assert name.startswith("primary-4-") and name.endswith(".lease")
+    assert json.loads(text)["half"] == sorted(m.uid.hex() for m in v.members)
+
+
+def test_the_same_half_wins_again_with_a_joiner():
+    """The winner's round was interrupted before its LEASE (a joiner came): the next view,
+    the same half of the split component and the joiner, reads its lease back and wins."""
+    s = tied()
+    v = change(s, s.local, s.b)
+    exchange(s, v, pids={m: 4 for m in v.members}, members={m: s.last for m in v.members})
+    s.advance(1.0)  # the lease is taken ...
+    assert s.store.calls["put"] == 1 and lease_sent(s) == [[LEASE, vid(v), True]]
+    x = s.addr("X")
+    v2 = run_exchange(s, s.local, s.b, x)  # ... but the next view came before the LEASE
+    assert s.store.calls["get"] == 1 and lease_sent(s)[-1] == [LEASE, vid(v2), True]
+    assert delivered_views(s)[-1].primary and delivered_views(s)[-1].primary_id == 5
+    # another half of the same component loses
+    v3 = run_exchange(s, s.local, s.c)
+    assert lease_sent(s)[-1] == [LEASE, vid(v3), False]
+
+
+def test_an_even_split_with_the_lease_lost_is_not_primary_and_the_same_members_win_again():
+    store = MemoryStore()
+    winner, loser = tied(store), tied(store, seed=1)
+    winner.last = loser.last = [winner.local, winner.b, loser.local, loser.b]
+    v = run_exchange(winner, winner.local, winner.b)
+    assert delivered_views(winner)[-1].primary
+    run_exchange(loser, loser.local, loser.b)  # the other half of the same last primary
+    assert lease_sent(loser)[-1][2] is False and not delivered_views(loser)[-1].primary
+    assert loser.layer.stats["leases_lost"] == 1
+    # the winning half again, in a later view (the round re-run): reads back its own lease
+    v2 = run_exchange(winner, winner.local, winner.b)
+    assert v2.view_id.id > v.view_id.id and lease_sent(winner)[-1] == [LEASE, vid(v2), True]
+
+
+def test_fewer_than_half_is_never_primary_and_a_majority_never_touches_the_store():
+    s = tied()
+    run_exchange(s, s.local)  # 1 of 4
+    assert not delivered_views(s)[-1].primary and lease_sent(s) == []
+    run_exchange(s, s.local, s.b, s.c)  # 3 of 4
+    assert delivered_views(s)[-1].primary and lease_sent(s) == []
+    assert sum(s.store.calls.values()) == 0 and s.layer.stats["ties"] == 0
+
+
+def test_a_store_that_fails_loses_the_tie_after_its_retries():
+    s = tied(tie_breaker_timeout_s=2.0, tie_breaker_retry_s=0.5)
+    s.store.unavailable = True
+    v = change(s, s.local, s.b)
+    exchange(s, v, pids={m: 4 for m in v.members}, members={m: s.last for m in v.members})
+    s.advance(5.0)
+    assert lease_sent(s) == [[LEASE, vid(v), False]] and s.store.calls["put"] == 4
+    s.up(Message(None, b"", INTERNAL, {9: lease_sent(s)[0]}, s.local))
+    assert not delivered_views(s)[-1].primary
+
+
+def test_members_wait_for_the_coordinators_lease_whenever_it_comes():
+    s = tied()
+    v = change(s, s.b, s.local)  # B coordinates: we take no lease, we wait for B's
+    s.up(Message(None, b"", INTERNAL, {9: [LEASE, vid(v), True]}, s.c))  # not the coordinator
+    assert s.layer.stats["stale_leases"] == 1
+    s.up(Message(None, b"", INTERNAL, {9: [LEASE, vid(v), True]}, s.b))  # before the states
+    assert delivered_views(s) == []
+    exchange(s, v, pids={m: 4 for m in v.members}, members={m: s.last for m in v.members})
+    s.advance(1.0)
+    assert lease_sent(s) == [] and sum(s.store.calls.values()) == 0
+    assert delivered_views(s)[-1].primary and delivered_views(s)[-1].primary_id == 5
+
+
+def test_an_interrupted_tie_is_an_ambiguous_attempt():
+    s = tied()
+    v = change(s, s.b, s.local)
+    exchange(s, v, pids={m: 4 for m in v.members}, members={m: s.last for m in v.members})
+    change(s, s.local, s.c, s.e)  # before B's LEASE: it may have won at B
+    assert s.below.sent[-1].headers[9][6] == [[vid(v), [s.b.uid, s.local.uid]]]
+
+
+def test_the_tie_breaker_needs_a_store_and_a_known_value():
+    with pytest.raises(ConfigError, match="discovery store"):
+        StackConfig.lan(primary__tie_breaker="store")
+    with pytest.raises(ConfigError, match="tie_breaker"):
+        StackConfig.lan(primary__tie_breaker="coin")
+    cfg = StackConfig.lan(primary__tie_breaker="store", discovery="file:///tmp/x")
+    assert cfg.agreed()["primary.tie_breaker"] == "store"

@@ -6,10 +6,12 @@ import pytest
 
 from raygroups.stack.events import ExchangeResult
 from raygroups.stack.message import INTERNAL, Message
-from raygroups.stack.primary import ONLINE, REPORT, STATE, STATES, MemberAttributes, Primary
+from raygroups.stack.primary import (LEASE, ONLINE, REPORT, STATE, STATES, MemberAttributes,
+                                     Primary)
 from raygroups.stack.view import View, ViewId
 
-from .test_primary import PHYS, change, delivered_views, exchange, make, vid
+from .test_primary import (PHYS, change, delivered_views, exchange, lease_sent, make, tied,
+                           vid)
 
 
 def relay_round(s, view, pids=None, members=None, attrs=None):
@@ -143,3 +145,19 @@ def test_stale_relay_messages_are_ignored():
     # and an all-to-all STATE in a relayed round is not what it waits for
     s.up(Message(None, b"", INTERNAL, {9: [STATE, vid(v2), 0, [], {}, {}]}, s.b))
     assert s.layer.round is not None
+
+
+def test_a_relayed_even_split_waits_for_the_relays_lease():
+    """The tie-breaker in a relayed exchange: the relay (the view's first member) takes the
+    lease once every member has the STATES; every member applies its LEASE alike."""
+    s = tied(relay_above=0)
+    s.layer.last_pid, s.layer.last_members = 4, [m.uid for m in s.last]
+    v = change(s, s.local, s.b)
+    states = relay_round(s, v, pids={s.b: 4}, members={s.b: s.last})
+    s.up(states)  # our own multicast comes back
+    assert delivered_views(s) == [] and s.layer.stats["ties"] == 1
+    s.advance(1.0)
+    [lease] = lease_sent(s)
+    assert lease == [LEASE, vid(v), True]
+    s.up(Message(None, b"", INTERNAL, {9: lease}, s.local))
+    assert delivered_views(s)[-1].primary and delivered_views(s)[-1].primary_id == 5
