@@ -61,6 +61,9 @@ class _Timer:
         self.cancelled = True
 
 
+_UNCANCELLED = _Timer()  # the handle of every packet arrival: nobody cancels one
+
+
 class SimMember:
     """One simulated member. Survives crash/restart: ``address`` changes per incarnation."""
 
@@ -282,7 +285,11 @@ class Simulation:
                     delay += rng.uniform(0, opt.reorder_delay_s)
                 if bug is not None:
                     delay += bug.packet_delay(src, now)
-                self._schedule(delay, self._arrival(t, t.incarnation, data, src.local_phys), t)
+                # (as _schedule, without a handle of its own)
+                self.seq += 1
+                heapq.heappush(self.queue, (now + max(delay, 0.0), self.seq,
+                                            self._arrival(t, t.incarnation, data, src.local_phys),
+                                            _UNCANCELLED, t))
 
     @staticmethod
     def _arrival(target: SimMember, incarnation: int, data: bytes, src: tuple):
