@@ -29,11 +29,12 @@ class SimTimeout(AssertionError):
     """``run_until`` ran out of virtual time; the message names the seed."""
 
 
-LARGE_GC_THRESHOLD = (100_000, 50, 1000)
+LARGE_GC_THRESHOLD = (1_000_000, 100, 1000)
 """CPython collector thresholds for simulations of hundreds or thousands of members
 (``collector_thresholds``): their millions of long-lived objects made the default
 thresholds' frequent collections a quarter of the CPU time of a 300-member gossip
-formation."""
+formation; these leave about 5% of it to the collector (a collection of the young every
+million allocations, of everything almost never)."""
 
 
 @contextlib.contextmanager
