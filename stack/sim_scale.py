@@ -179,6 +179,17 @@ class _Runner:
                          f"{self.wall():.0f} s wall")
         return sim.now - start
 
+    def run_for(self, seconds: float, what: str) -> None:
+        """``sim.run_for(seconds)``, saying how far it got every 10 s of wall time."""
+        sim = self.sim
+        end, report = sim.now + seconds, self.wall() + 10.0
+        while sim.now < end:
+            sim.run_for(min(1.0, end - sim.now))
+            if self.wall() > report:
+                report = self.wall() + 10.0
+                self.say(f"    ... {what}: {seconds - (end - sim.now):.0f} of {seconds:.0f} s "
+                         f"simulated, {self.wall():.0f} s wall")
+
     def agreed(self, live: list) -> bool:
         """Every live member has exactly the live members (views mode: one view id too).
         Rechecks a member only when its view object changed."""
@@ -248,6 +259,9 @@ def simulate(members: int = 100, membership: str = "gossip", seed: int = 1,
     started = sim.now
     conv = run.until(lambda: run.agreed(ms), "formation", step=0.05)
     out["formation_s"] = round(sim.now, 3)
+    sent, received = counter.mark()
+    out["formation_sent_per_member"] = round(sent / members, 1)  # datagrams
+    out["formation_received_per_member"] = round(received / members, 1)
     out["formation_after_last_start_s"] = round(conv, 3)
     out["wall_formation_s"] = round(run.wall(), 1)
     out["cpu_formation_s"] = round(run.cpu(), 1)
@@ -334,7 +348,7 @@ def simulate(members: int = 100, membership: str = "gossip", seed: int = 1,
         a = [m for k, m in enumerate(live) if k in half]
         b = [m for k, m in enumerate(live) if k not in half]
         sim.partition(a, b)
-        sim.run_for(partition_s)
+        run.run_for(partition_s, "partition")
         apart = sum(1 for m in live if m.view is not None and len(m.view) < len(live))
         sim.heal()
         start = sim.now
