@@ -45,8 +45,9 @@ Views-mode crash detection grows with N through Lifeguard's suspicion timeout (0
 log10 N once confirmed) and the REMOVE's O(log N) gossip rounds to the coordinator; most of
 the spread between single crashes is how soon a member first probes the crashed one, which
 depends on where it sits in the others' round-robin probe orders (a member that joined after
-a prober built its order waits for that prober's next cycle, N - 1 rounds): see
-docs/architecture.md.
+a prober built its order waits for that prober's next cycle, N - 1 rounds: right after a
+300-member gossip formation the first joiner's crash was detected in 1.5 to 2.0 s, the last
+joiner's in 6.4 to 6.9 s): see docs/architecture.md.
 """
 from __future__ import annotations
 
