@@ -17,7 +17,7 @@ demo: $(VENV)/.installed
 	$(PY) -m raygroups.integration.demo
 
 test: $(VENV)/.installed
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 $(PYTEST_ARGS)
 
 # Simulator campaigns over fresh seeds: make campaign SEEDS=1000 BASE=<never run>
 # [TESTS="file or id ..."] [EXCLUDE="id prefix ..."] [MINUTES=<time box>]

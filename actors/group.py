@@ -504,11 +504,14 @@ class Group:
         return self._order()
 
     def _call(self, method: str, *args: Any, member: Optional[str] = None,
-              timeout: Optional[float] = CALL_TIMEOUT_S, **kw: Any) -> Any:
+              timeout: Optional[float] = CALL_TIMEOUT_S, unsure: Optional[type] = None,
+              **kw: Any) -> Any:
         """``method`` on ``member``, or on the current member, then the others, then (after
         looking the group up again) the members found then, until one answers. A named
         member whose actor is gone is looked up again by its name once (a rolling upgrade
-        replaces actors under their names)."""
+        replaces actors under their names). ``unsure``: the call is not idempotent (a
+        publish): when the member it went to vanished with it in flight, raise ``unsure``
+        (its outcome is unknown) rather than send it again elsewhere."""
         last: Optional[BaseException] = None
         died = False
         for refreshed in (False, True):
@@ -524,7 +527,7 @@ class Group:
                     out = ray.get(getattr(self._handle(name), method).remote(*args, **kw),
                                   timeout=timeout)
                 except (RayTaskError, *GONE, NotMember) as e:
-                    last = self._failure(name, e, member)
+                    last = self._failure(name, e, member, method, unsure)
                     died = isinstance(e, ActorDiedError) and not refreshed
                     if member is not None:
                         break
@@ -536,7 +539,8 @@ class Group:
         raise last if last is not None else NoSuchGroup(self.cluster)
 
     async def _acall(self, method: str, *args: Any, member: Optional[str] = None,
-                     timeout: Optional[float] = CALL_TIMEOUT_S, **kw: Any) -> Any:
+                     timeout: Optional[float] = CALL_TIMEOUT_S, unsure: Optional[type] = None,
+                     **kw: Any) -> Any:
         """``_call`` for asyncio callers."""
         last: Optional[BaseException] = None
         died = False
@@ -551,7 +555,7 @@ class Group:
                     ref = getattr(self._handle(name), method).remote(*args, **kw)
                     out = await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout)
                 except (RayTaskError, *GONE, NotMember) as e:
-                    last = self._failure(name, e, member)
+                    last = self._failure(name, e, member, method, unsure)
                     died = isinstance(e, ActorDiedError) and not refreshed
                     if member is not None:
                         break
@@ -580,10 +584,17 @@ class Group:
         except asyncio.TimeoutError:
             raise TimeoutError(f"a call on {name} took over {timeout}s") from None
 
-    def _failure(self, name: str, e: BaseException, member: Optional[str]) -> BaseException:
+    def _failure(self, name: str, e: BaseException, member: Optional[str],
+                 method: str = "", unsure: Optional[type] = None) -> BaseException:
         """A call on ``name`` failed with ``e``: raises what the caller must see (an error
-        of the method itself); returns the error to report if no other member answers (the
-        member is gone, or is not in the group: another one may be)."""
+        of the method itself, or ``unsure`` when the member vanished with a call that must
+        not be sent twice in flight); returns the error to report if no other member
+        answers (the member is gone, or is not in the group: another one may be)."""
+        if unsure is not None and isinstance(e, RayActorError):
+            self._failed(name, e)
+            raise unsure(f"{method} on member {name}: the member went with the call in "
+                         f"flight ({type(e).__name__}); it may or may not have taken effect, "
+                         "and sending it again may apply it twice") from None
         if isinstance(e, RayTaskError):
             cause = _unwrap(e)
             if not (isinstance(cause, NotMember) and member is None):

@@ -50,7 +50,7 @@ import time
 import uuid
 from typing import Any, Optional
 
-from raygroups.stack.workqueue import AcquireTimeout, WorkQueueConfig
+from raygroups.stack.workqueue import AcquireTimeout, QueueOutcomeUnknown, WorkQueueConfig
 
 CALL_TIMEOUT_S = 60.0
 LEASE_S = 30.0
@@ -201,20 +201,24 @@ class WorkQueueHandle:
 
     # -- publishing -----------------------------------------------------------------------
     def publish(self, body: bytes) -> tuple:
-        """Returns the message id once a majority of the primary component applied it."""
+        """Returns the message id once a majority of the primary component applied it.
+        Raises QueueOutcomeUnknown when the member it went to vanished with it in flight:
+        the handle never publishes it again through another member, which could store it
+        twice (the member may have multicast it before it went)."""
         return self.publish_many([body])[0]
 
     def publish_many(self, bodies: list) -> list:
-        """Many messages in one call (batched into few multicasts); their ids."""
+        """Many messages in one call (batched into few multicasts); their ids. Raises as
+        ``publish`` does (then some of them may have taken effect)."""
         return _ids(self.group._call("queue_publish", self.name, list(bodies),
-                                     member=self.member))
+                                     member=self.member, unsure=QueueOutcomeUnknown))
 
     async def publish_async(self, body: bytes) -> tuple:
         return (await self.publish_many_async([body]))[0]
 
     async def publish_many_async(self, bodies: list) -> list:
         return _ids(await self.group._acall("queue_publish", self.name, list(bodies),
-                                            member=self.member))
+                                            member=self.member, unsure=QueueOutcomeUnknown))
 
     # -- acquiring ------------------------------------------------------------------------
     def acquire(self, timeout_s: Optional[float] = None) -> Delivery:
@@ -511,7 +515,7 @@ class QueueHost:
         the retry's QueueNotPrimary says only that the retry took no effect, and the client
         must not read it as "not accepted" (the campaign across hosts found a job accepted
         by the batch on the primary side and reported to its client as not accepted)."""
-        from raygroups.stack.workqueue import NotAcquired, QueueOutcomeUnknown, StaleEpoch
+        from raygroups.stack.workqueue import NotAcquired, StaleEpoch
         self._svc()  # QueueNotPrimary without a channel
         out: list = []
         todo: dict = {}  # token -> (index in out, runtime Delivery)

@@ -72,7 +72,7 @@ def rolling_upgrade(group: Any, stack_options: Optional[dict] = None,
         h = group._handle(name)
         spec = ray.get(h.spec_of.remote(), timeout=timeout)
         node_id = ray.get(h.info.remote(), timeout=timeout)["node_id"]
-        cfg = spec.config.with_options(**(stack_options or {}), primary__bootstrap=False)
+        cfg = spec.config.with_options(**{**(stack_options or {}), "primary__bootstrap": False})
         # the replacement joins a running group: it never takes part in a first start
         if cfg.store is not None and cfg.store.bootstrap is not None:
             # a replaced member never takes its bootstrap line's seeded UUID again

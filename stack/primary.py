@@ -76,9 +76,9 @@ class PrimaryConfig:
     """Extra attributes this member announces (merged with address, port, status)."""
     bootstrap: bool = True
     """This member may take part in a first start: a view whose members know of no primary
-    component (every state says primary id 0) is primary with a majority of
-    ``expected_size`` only when every member of it may bootstrap (each says so in its
-    state, so every member decides alike). MySQL Group Replication bootstraps a group once:
+    component (every state says primary id 0) is primary when the members of it that may
+    bootstrap are a majority of ``expected_size`` (each says so in its state, so every
+    member decides alike). MySQL Group Replication bootstraps a group once:
     member actors run a process Ray restarted, or one launched into a group that is already
     running, with False, so fresh incarnations never start a new primary lineage beside the
     group's state (the campaign across Ray hosts lost acknowledged publishes that way)."""
@@ -327,8 +327,8 @@ class Primary(Layer):
         if states:
             top = max(states.values(), key=lambda s: s[0])
             max_pid = top[0]
-            first = all(st[2].get("bootstrap", True) is not False for st in states.values())
-            quorate = self._quorate(view, max_pid, top[1], first) and \
+            may = sum(1 for st in states.values() if st[2].get("bootstrap", True) is not False)
+            quorate = self._quorate(view, max_pid, top[1], may) and \
                 self._past_attempts(view, states)
             # max + 1 (MySQL Group Replication), but never below the view's own counter: a
             # member whose
@@ -389,16 +389,21 @@ class Primary(Layer):
                 return False
         return True
 
-    def _quorate(self, view, max_pid: int, last: list, first_start: bool = True) -> bool:
+    def _quorate(self, view, max_pid: int, last: list, may_bootstrap: Optional[int] = None
+                 ) -> bool:
         """A majority of the last primary view's members (``last``, UUIDs) is in ``view``;
-        before any primary existed (``max_pid`` 0), a majority of ``expected_size``, when
-        every member may bootstrap (``first_start``; an interrupted round's attempt is
-        counted as if they all may: its states are not all known here)."""
+        before any primary existed (``max_pid`` 0), a majority of ``expected_size`` among
+        the members that may bootstrap (``may_bootstrap`` of them; every member of an
+        interrupted round's attempt, whose states are not all known here). Each planned
+        member has at most one incarnation that may (the launch's), so two first starts
+        share one, as two primary components share a member of the last one."""
         if max_pid == 0:
-            if not first_start:
+            n = len(view) if may_bootstrap is None else may_bootstrap
+            if 2 * n > self.config.expected_size:
+                return True
+            if 2 * len(view) > self.config.expected_size:
                 self.stats["first_start_refused"] += 1
-                return False
-            return 2 * len(view) > self.config.expected_size
+            return False
         last_set = set(last)
         return 2 * sum(1 for m in view.members if m.uid in last_set) > len(last_set)
 

@@ -60,12 +60,12 @@ def run_chunk(test: str, base: int, count: int, extra: list[str]) -> tuple:
             # this process's own CPU (with --jobs > 1, os.times() would also count the
             # other chunks that ended meanwhile)
             _, status, usage = os.wait4(proc.pid, 0)
-            proc.returncode = os.waitstatus_to_exitcode(status)
         cpu = usage.ru_utime + usage.ru_stime
         if not os.path.exists(xml):
             with open(log) as f:
                 tail = f.read()[-300:]
-            return test, 0, [(base, f"pytest did not run (exit {proc.returncode}): {tail}")], cpu
+            code = os.waitstatus_to_exitcode(status)
+            return test, 0, [(base, f"pytest did not run (exit {code}): {tail}")], cpu
         ran, failures = 0, []
         for case in ET.parse(xml).getroot().iter("testcase"):
             name = case.get("name", "")

@@ -5,6 +5,8 @@ condition with a generous deadline."""
 import asyncio
 import os
 import random
+import threading
+import time
 from collections import Counter
 
 import pytest
@@ -14,7 +16,8 @@ pytest_plugins = ["tests.ray_fixtures"]
 
 from raygroups.actors import Group  # noqa: E402
 from raygroups.actors.queue import WorkQueueHandle  # noqa: E402
-from raygroups.stack.workqueue import AcquireTimeout, NotAcquired  # noqa: E402
+from raygroups.stack.workqueue import (AcquireTimeout, NotAcquired,  # noqa: E402
+                                       QueueOutcomeUnknown)
 
 WAIT_S = 60.0
 
@@ -186,6 +189,39 @@ def test_a_living_consumer_keeps_its_deliveries_past_the_lease(group):
         q.on(names[2]).acquire(timeout_s=3.0)  # 5 lease periods
     d.accept()
     assert group._call("queue_info", member=names[0])["leases"]["lease_released"] == 0
+
+
+def test_a_publish_whose_member_dies_in_flight_is_never_sent_again(group):
+    """A publish in flight when its member's process dies has an unknown outcome: the handle
+    raises QueueOutcomeUnknown and does not publish it again through another member (which
+    stored a job twice in the campaign across Ray hosts: the dead member had multicast it).
+    The member is paused first (its stack neither reads nor sends), so the publish waits
+    there and, here, never went out: the queue holds nothing."""
+    names = sorted(group.member_names())
+    victim = names[0]
+    h = Group.attach(group.cluster)  # a fresh handle asks the members in name order
+    q = h.queue("unsure")
+    group.pause(victim, 30.0)
+    out: dict = {}
+
+    def publish() -> None:
+        try:
+            out["id"] = q.publish(b"once")
+        except Exception as e:
+            out["error"] = e
+    t = threading.Thread(target=publish, daemon=True)
+    t.start()
+    time.sleep(1.0)
+    assert t.is_alive(), f"the publish did not wait at the paused member: {out}"
+    group.kill(victim, restart=True)
+    t.join(WAIT_S)
+    assert isinstance(out.get("error"), QueueOutcomeUnknown), out
+    with pytest.raises(AcquireTimeout):
+        group.queue("unsure", member=names[1]).acquire(timeout_s=3.0)
+    deadline = time.monotonic() + WAIT_S  # the victim is back (fresh UUID) for the others
+    while len(group.view().members) < 4 or victim not in group.member_names():
+        assert time.monotonic() < deadline, group.view()
+        time.sleep(0.2)
 
 
 def test_acquire_then_kill_member_then_dequeue_elsewhere(group):

@@ -126,3 +126,29 @@ def test_fresh_incarnations_never_start_a_second_lineage(sim_seed):
     checks.check_primary()
     checks.check_views()
     checks.check_errors()
+
+
+@pytest.mark.seeds(20)
+def test_a_member_restarted_before_the_first_start_does_not_hold_it_up(sim_seed):
+    """A launch of three (``expected_size`` 3) where one member's process was restarted
+    before any primary component formed: its fresh incarnation may not bootstrap, the two
+    first incarnations may, and two of three is a majority: the view of all three is
+    primary. With two restarted members, one first incarnation is no majority: no view is
+    primary, ever."""
+    for restarted, primary in ((1, True), (2, False)):
+        sim = Simulation(sim_seed, SimOptions(loss=0.02, duplicate=0.01, reorder=0.03,
+                                              delay_s=(0.0005, 0.003)))
+        order = sim.rng.sample(range(3), 3)
+        members = [sim.add_member("g", f"m{i}", RESTARTED if order[i] < restarted else CFG)
+                   for i in range(3)]
+
+        def formed() -> bool:
+            views = [m.view for m in members]
+            return all(v is not None and len(v) == 3 for v in views) and \
+                len({v.view_id for v in views}) == 1
+        sim.run_until(formed, 30, "one view of three")
+        sim.run_for(2.0)
+        assert all(m.view.primary is primary for m in members), \
+            ([m.view for m in members], restarted, sim_seed)
+        if not primary:
+            assert not any(v.primary for m in members for v in m.views), sim_seed

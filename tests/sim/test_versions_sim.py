@@ -26,7 +26,10 @@ NEXT_ONLY = StackConfig.local(transport__wire_versions=(2, 2))
 class VersionSim(Simulation):
     """Counts the packets put on the network by wire version (a bundle's second byte: a
     msgpack array header, then the version), and notes every packet sent to a member of the
-    sender's view that cannot read it."""
+    sender's view that cannot read it while the sender speaks that version. A bundle packed
+    before the sender switched keeps its version (the view that brought an old joiner in was
+    installed after it was packed: its messages are the old view's, which the joiner is not
+    owed), so it is not noted."""
 
     def __init__(self, seed, options):
         super().__init__(seed, options, buggify=True)
@@ -37,7 +40,7 @@ class VersionSim(Simulation):
         version = data[1]
         self.by_version[version] += 1
         view = src.stack.layer("gms").view
-        if version != 1 and view is not None:
+        if version != 1 and view is not None and src.stack.transport.version == version:
             for t in self.live() if dest == MCAST else [self.by_phys[tuple(dest)]]:
                 if t.alive and t.address in view and version not in t.stack.transport.accept:
                     self.unreadable.append(f"{src.name} -> {t.name} at {version}, t={self.now}")
@@ -167,6 +170,7 @@ def test_a_rolling_upgrade_under_a_coordinator_of_the_new_build(sim_seed):
 
 
 @pytest.mark.seeds(50)
+@pytest.mark.regressions(15600109)  # a HIGHEST packed at 2 went out after the switch to 1
 def test_a_rolling_downgrade_goes_back_to_1_with_the_first_old_member(sim_seed):
     """Every member starts at (1, 2), at version 2, and is replaced by a (1, 1) member: the
     group speaks 1 from the view that takes in the first of them on, and the joiner, which

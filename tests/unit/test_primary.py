@@ -326,19 +326,21 @@ def test_a_state_with_unusable_primary_members_does_not_lose_the_view():
     assert [v.view_id for v in delivered_views(s)] == [v1.view_id, v2.view_id]
 
 
-def test_a_first_start_needs_every_member_free_to_bootstrap():
-    """A view whose members know no primary component is a first start: primary with a
-    majority of expected_size, but only when every member's state allows it (a restarted
-    member actor says no), so fresh incarnations never start a new lineage."""
+def test_a_first_start_needs_a_majority_of_members_free_to_bootstrap():
+    """A view whose members know no primary component is a first start: primary when the
+    members whose state allows it (a restarted member actor says no) are a majority of
+    expected_size, so fresh incarnations never start a new lineage, and one of them in the
+    view does not hold up the launch's members."""
     s = make(expected_size=3)
     v = change(s, s.local, s.b)
     s.up(state(s.local, v, attrs={"status": ONLINE, "bootstrap": True}),
          state(s.b, v, attrs={"status": ONLINE, "bootstrap": False}))
     assert not delivered_views(s)[-1].primary
     assert s.layer.stats["first_start_refused"] == 1 and s.layer.last_pid == 0
-    v = change(s, s.local, s.b)
+    v = change(s, s.local, s.b, s.c)
     s.up(state(s.local, v, attrs={"status": ONLINE, "bootstrap": True}),
-         state(s.b, v, attrs={"status": ONLINE}))  # a state from before the flag: may
+         state(s.b, v, attrs={"status": ONLINE, "bootstrap": False}),
+         state(s.c, v, attrs={"status": ONLINE}))  # a state from before the flag: may
     assert delivered_views(s)[-1].primary and s.layer.last_pid == 2
 
 
