@@ -62,7 +62,8 @@ class SwimConfig:
     suspicion_max_factor: float = 3.0
     """A fresh, unconfirmed suspicion lasts this many times the minimum."""
     suspicion_confirmations: int = 3
-    """Independent confirmations that shrink the timeout to its minimum."""
+    """Independent confirmations that shrink the timeout to its minimum (k). Beyond k a
+    member neither originates nor spreads another confirmation (memberlist)."""
     max_piggyback: int = 16
     """Rumors carried per message."""
     rumor_cache: int = 10_000
@@ -234,9 +235,12 @@ class Swim(Layer):
         n = self.nodes.get(p.target)
         me = self.ctx.local.uid
         if n is not None and (n.state == ALIVE_S or
-                              (n.state == SUSPECT_S and me not in n.confirm)):
+                              (n.state == SUSPECT_S and me not in n.confirm
+                               and len(n.confirm) <= self.config.suspicion_confirmations)):
             # a fresh suspicion, or (Lifeguard) our own independent confirmation of one
-            # already going round, which shortens its timeout everywhere
+            # already going round, which shortens its timeout everywhere; none once it has
+            # all the confirmations that shorten it (memberlist: O(k) rumors per suspicion,
+            # not one per member)
             self.stats["suspicions" if n.state == ALIVE_S else "confirmations"] += 1
             rumor = self._rumor(SUSPECT, n.addr.uid, n.inc, me)
             self._originate(rumor)
@@ -458,6 +462,10 @@ class Swim(Layer):
                 self.above.up_event(Suspect(addr))
             elif extra in n.confirm:
                 return False
+            elif len(n.confirm) > self.config.suspicion_confirmations:
+                # (the suspecter and k confirmations: its timeout is at the minimum)
+                self.stats["confirmations_beyond_cap"] += 1
+                return False  # neither spread nor re-armed
             else:
                 n.confirm.add(extra)
             self._arm(n)
