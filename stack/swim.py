@@ -199,15 +199,6 @@ class Swim(Layer):
             if n is not None and n.state != DEAD_S:
                 return a
 
-    def _into_order(self, addr) -> None:
-        """A member new to us takes a random place in what is left of this round's probe
-        order (memberlist's random offset), so that we probe it within the round, not only
-        after the next shuffle, up to N - 1 rounds later. With no round under way the next
-        shuffle lists it."""
-        order = self.order
-        if order:
-            order.insert(self.ctx.rng.randrange(len(order) + 1), addr)
-
     def _probe(self) -> None:
         target = self._next_target()
         if target is None:
@@ -447,7 +438,6 @@ class Swim(Layer):
                     self.dead.forget(addr)
                     self.stats["reconnected"] += 1
                 self.nodes[addr] = _Node(addr, inc)
-                self._into_order(addr)
                 self._members_changed()
                 return True
             if inc > n.inc:
@@ -752,24 +742,16 @@ class Swim(Layer):
             local = self.ctx.local
             old = self.nodes
             nodes, get = {}, old.get
-            new = []
             for a in ev.view.members:  # (the common case inline: one call less per member)
                 n = get(a)
-                if n is not None and n.state != DEAD_S:
-                    nodes[a] = n
-                else:
-                    nodes[a] = self._fresh(n, a)
-                    new.append(a)
+                nodes[a] = n if n is not None and n.state != DEAD_S else self._fresh(n, a)
             nodes.pop(local, None)
             self.nodes = nodes
             for a, n in old.items():
                 if a not in nodes:
                     self._clear(n)
             self.active = local in ev.view
-            self.order = [a for a in self.order if a in nodes]
-            for a in new:
-                if a != local:
-                    self._into_order(a)
+            self.order = [a for a in self.order if a in self.nodes]
         elif t is MemberDead:
             n = self.nodes.get(ev.addr)
             if n is not None and n.state != DEAD_S:
