@@ -37,7 +37,17 @@ free after the collector thresholds; 2.06 messages per member and round idle; 50
 60 s partition of 1,099 members was not finished here: while each half suspects and buries
 the other, every member confirms every suspicion (O(N^2) SUSPECT rumors, each re-arming a
 timer), about 16 CPU seconds per simulated second; at 40 members a partition of 20 s heals
-in 0.4 s (gossip) and 1.65 s (views). Views mode, 1,000 members, 0.1 s view bundling,
+in 0.4 s (gossip) and 1.65 s (views). Re-measured 2026-11-26 on a06b39f (Lifeguard's
+confirmations capped at k, bb641a5, and a probe-order insertion reverted since, edf7f0b,
+because it slowed this formation to 51.3 s after the last start, 750 datagrams sent per
+member, 191.5 s of CPU), load 6 to 14: the whole gossip run at 1,000 finished, 45.8 min
+wall, 39.3 min CPU for the full run and one rumor-only run side by side (the full run 1,750
+CPU s), peak RSS 4.08 GiB; 1,000 of 1,000 rumors within 11 rounds (median 4, max 5); 2.01
+messages per member and round idle, 5.00 while rumors spread; crash detected 1.87 / 2.13 /
+2.36 s; join storm converged in 3.15 s; the 60 s partition (549 + 550 apart, every member
+saw the other half gone) about 650 s wall, its heal converged 1.25 s after, which took about
+as long (each member takes the other half back one refutation at a time and reports its
+whole list up at each change). Views mode, 1,000 members, 0.1 s view bundling,
 seed 1: formation 228 s of CPU (266 s after the member sets and collector thresholds, 228
 with the relayed states' cheaper loop; this docstring said about 7 min before), 245 / 331
 datagrams sent / received per member, 2.4 MB per member (peak RSS 2.5 GB); a crash detected
