@@ -26,7 +26,7 @@ import time
 from typing import Callable, Optional
 
 from raygroups.stack import StackConfig
-from raygroups.stack.sim import Simulation, SimOptions
+from raygroups.stack.sim import Simulation, SimOptions, collector_thresholds
 
 PRESETS = {"local": StackConfig.local, "lan": StackConfig.lan, "wan": StackConfig.wan}
 CHECK_S = 0.01  # resolution of the measured times (simulated seconds)
@@ -84,6 +84,7 @@ class _Runner:
                          f"{self.wall():.0f}s wall")
 
 
+@collector_thresholds()
 def simulate(members: int = 50, membership: str = "views", preset: str = "local",
              transport: str = "udp", seed: int = 1, crash: int = 1, loss: float = 0.0,
              join_interval_s: float = 0.01, discovery: str = "static",
@@ -96,7 +97,8 @@ def simulate(members: int = 50, membership: str = "views", preset: str = "local"
         raise ValueError("members must be >= 2")
     crash = max(0, min(crash, members - 1))
     cfg = make_config(membership, preset, transport, discovery, options)
-    sim = Simulation(seed, SimOptions(loss=loss))
+    # (no history: every view every member installed would be kept, O(N^2) views of N)
+    sim = Simulation(seed, SimOptions(loss=loss, history=False))
     run = _Runner(sim, say, timeout_s, stall_s)
     say(f"simulating {members} members, membership={membership}, preset={preset}, "
         f"transport={transport}, discovery={discovery}, loss={loss}, seed={seed}")
@@ -108,7 +110,7 @@ def simulate(members: int = 50, membership: str = "views", preset: str = "local"
         last = checked.get(m)
         if last is not None and last[0] is v and last[1] is want:
             return last[2]
-        ok = v is not None and len(v) == len(want) and want.issuperset(v.members)
+        ok = v is not None and len(v) == len(want) and want == v.member_set
         checked[m] = (v, want, ok)
         return ok
 

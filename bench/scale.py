@@ -1,40 +1,75 @@
 """Scale in the simulator: gossip and views membership at 100, 300 and 1,000 members.
 
-    python bench/scale.py                    # gossip 100/300/1000, views 100/300 (~30-60 min)
-    python bench/scale.py --modes views --sizes 1000 --views-max 1000 --view-bundling 0.1 \
-        --rumor-seeds 1 --rumors 20
-    python bench/scale.py --quick            # gossip 100/300, views 100, fewer rumors
-    python bench/scale.py --sizes 1000 --modes gossip --rumor-seeds 1 --rumors 1000
+    python bench/scale.py                    # gossip and views 100/300/1000 (an hour or more)
+    python bench/scale.py --sizes 1000 --modes gossip      # 10,000: prints what it would take
+    python bench/scale.py --sizes 1000 --modes views --rumor-seeds 1 --rumors 20
+    python bench/scale.py --quick            # gossip 100/300, views 100/300, fewer rumors
     python bench/scale.py --json scale.json
 
 Every figure comes from ``raygroups.stack.sim_scale.simulate`` (the same Stack objects on the
 deterministic simulator; see its docstring for the phases) in simulated seconds, except the
-``wall`` and memory columns. Per size and mode: one full run (formation, steady traffic,
-rumors, a crash, a join storm of 100) and ``--rumor-seeds`` more runs that only form the
-group and spread rumors, so that the share of rumors reaching every member within the gossip
-design's
-log2(2N)+1 rounds rests on ``rumors x seeds`` trials (target: >= 99.9%; by default 1,000
-trials per size in gossip mode: 100 rumors x 10 seeds, 500 x 2 at 1,000 members; views
-mode: 100 x 3 at 100 members, 100 x 1 beyond).
+wall, CPU and memory columns. Per size and mode: one full run (formation, steady traffic,
+rumors, a crash, a join storm of 100, a partition into two halves for ``--partition`` 60 s
+and its heal) and ``--rumor-seeds`` more runs that only form the group and spread rumors, so
+that the share of rumors reaching every member within the gossip design's log2(2N)+1 rounds
+rests on ``rumors x seeds`` trials (target: >= 99.9%; by default 1,000 trials per size in
+gossip mode: 100 rumors x 10 seeds, 500 x 2 at 1,000 members; views mode: 100 x 3 at 100
+members, 100 x 1 beyond). The runs of one size go ``--jobs`` at a time (default 2), each in a
+fresh process: its peak RSS is its own. CPU is the runs' process time, the wall time an idle
+core would take; on a shared machine the wall time says more about the load.
 
-Views mode is bounded by ``--views-max`` (default 300). Steady state costs O(N) datagrams
-per round above 32 members (STABLE digests go to the coordinator, the primary-component state
-is relayed by the first member), but every view change still hands each member O(N)-long
-messages (VIEW, the flush's cut, the relayed states) and has each layer rebuild its per-member
-tables: O(N^2) work per view change, and a formation has O(N) of them, so formation grows as
-N^3 in the simulator (300 members: about 70 s wall; 1,000: over an hour). Gathering joins
-into fewer view changes (``--view-bundling 0.1``) brings 300 members to about 13 s and 1,000
-to about 7 min (peak RSS 2.3 GB). Sizes above the bound print what they would cost instead
-of starting.
+Costs (docs/architecture.md, "Scale in the simulator"). Gossip mode: O(N) memory per member,
+about 1.6 KB per member listed (1.6 MB per member at 1,000); a formation sends O(N) datagrams
+per member (266 at 1,000) and applies O(N^2 log N) rumors in all. Views mode: O(N) datagrams
+per round above 32 members, but O(N^2) work per view change and O(N) changes per formation,
+N^3 in all; from 1,000 members on the bench gathers joins with 0.1 s of view bundling
+(``--view-bundling``). Larger sizes than ``--gossip-max`` / ``--views-max`` (1,000) print what
+they would take instead of starting: 10,000 gossip members need about 150 GiB in one process.
+
+Measured 2026-11-26 (branch scale, commits e748b3e..762d80a and this bench), Python 3.11, on
+a 2-CPU machine shared with a simulator campaign (load 1.5 to 5; CPU seconds are the run's
+own): gossip mode, 1,000 members, seed 1: formation 3.2 s after the last start, 266
+datagrams sent per member, 1.6 MB per member (peak RSS 1.66 GB after formation), 117 s of
+CPU for the formation alone after the first change (member sets), 106 s wall with one core
+free after the collector thresholds; 2.06 messages per member and round idle; 500 of
+500 rumors within 11 rounds (median 4, max 5); crash detected first / median / last 2.62 /
+3.02 / 3.24 s; a join storm of 100 converged in 2.05 s; these phases took 337 s wall. The
+60 s partition of 1,099 members was not finished here: while each half suspects and buries
+the other, every member confirms every suspicion (O(N^2) SUSPECT rumors, each re-arming a
+timer), about 16 CPU seconds per simulated second; at 40 members a partition of 20 s heals
+in 0.4 s (gossip) and 1.65 s (views). Re-measured 2026-11-26 on a06b39f (Lifeguard's
+confirmations capped at k, bb641a5, and a probe-order insertion reverted since, edf7f0b,
+because it slowed this formation to 51.3 s after the last start, 750 datagrams sent per
+member, 191.5 s of CPU), load 6 to 14: the whole gossip run at 1,000 finished, 45.8 min
+wall, 39.3 min CPU for the full run and one rumor-only run side by side (the full run 1,750
+CPU s), peak RSS 4.08 GiB; 1,000 of 1,000 rumors within 11 rounds (median 4, max 5); 2.01
+messages per member and round idle, 5.00 while rumors spread; crash detected 1.87 / 2.13 /
+2.36 s; join storm converged in 3.15 s; the 60 s partition (549 + 550 apart, every member
+saw the other half gone) about 650 s wall, its heal converged 1.25 s after, which took about
+as long (each member takes the other half back one refutation at a time and reports its
+whole list up at each change). Views mode, 1,000 members, 0.1 s view bundling,
+seed 1: formation 228 s of CPU (266 s after the member sets and collector thresholds, 228
+with the relayed states' cheaper loop; this docstring said about 7 min before), 245 / 331
+datagrams sent / received per member, 2.4 MB per member (peak RSS 2.5 GB); a crash detected
+by every member in 2.23 s.
+Views-mode crash detection grows with N through Lifeguard's suspicion timeout (0.5 s x
+log10 N once confirmed) and the REMOVE's O(log N) gossip rounds to the coordinator; most of
+the spread between single crashes is how soon a member first probes the crashed one, which
+depends on where it sits in the others' round-robin probe orders (a member that joined after
+a prober built its order waits for that prober's next cycle, N - 1 rounds: right after a
+300-member gossip formation the first joiner's crash was detected in 1.5 to 2.0 s, the last
+joiner's in 6.4 to 6.9 s): see docs/architecture.md.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import sys
 import time
+from typing import Optional
 
 from raygroups.stack.sim_scale import rumor_bound, simulate
 
@@ -50,30 +85,46 @@ def _child(kwargs: dict) -> dict:
     return simulate(progress=log, **kwargs)
 
 
-def fresh(**kwargs) -> dict:
-    """simulate() in a fresh process: its RSS growth and peak are this run's alone."""
+def fresh(runs: list, jobs: int) -> list:
+    """simulate(**kwargs) of each of ``runs``, each in a fresh process (its RSS growth and
+    peak are this run's alone), ``jobs`` at a time; the results in order."""
     import multiprocessing as mp
-    with mp.get_context("spawn").Pool(1) as pool:
-        return pool.apply(_child, (kwargs,))
+    with mp.get_context("spawn").Pool(max(1, min(jobs, len(runs))),
+                                      maxtasksperchild=1) as pool:
+        return pool.map(_child, runs, chunksize=1)
+
+
+def view_bundling(n: int, mode: str, args) -> Optional[float]:
+    """The view bundling a views-mode run uses: ``--view-bundling``, else 0.1 s from 1,000
+    members on (their formation simulates in minutes only so), else the preset's."""
+    if mode != "views":
+        return None
+    return args.view_bundling if args.view_bundling is not None else \
+        (0.1 if n >= 1000 else None)
 
 
 def run_size(n: int, mode: str, args) -> dict:
-    log(f"{mode} mode, {n} members: full run (seed {args.seed})")
     t0 = time.monotonic()
-    opts = {"gms__view_bundling_s": args.view_bundling} if args.view_bundling else None
-    main = fresh(members=n, membership=mode, seed=args.seed, rumors=args.rumors,
+    bundling = view_bundling(n, mode, args)
+    opts = {"gms__view_bundling_s": bundling} if bundling else None
+    runs = [dict(members=n, membership=mode, seed=args.seed, rumors=args.rumors,
                  storm=args.storm, crash=True, memory=args.memory, timeout_s=args.timeout,
-                 join_interval_s=args.join_interval, options=opts)
-    main["view_bundling_s"] = args.view_bundling
-    trials = {"rounds": [], "never": main.get("rumors_never_complete", 0),
-              "within": main.get("rumors_within_bound", 0), "count": main.get("rumors", 0)}
-    hist = dict(main.get("rumor_rounds_hist", {}))
-    for s in range(1, args.rumor_seeds):
-        seed = args.seed + s
-        log(f"{mode} mode, {n} members: rumors only (seed {seed})")
-        r = fresh(members=n, membership=mode, seed=seed, rumors=args.rumors, storm=0,
+                 join_interval_s=args.join_interval, options=opts,
+                 partition_s=args.partition)]
+    runs += [dict(members=n, membership=mode, seed=args.seed + s, rumors=args.rumors, storm=0,
                   crash=False, memory=args.memory, timeout_s=args.timeout,
                   join_interval_s=args.join_interval, traffic_rounds=2, options=opts)
+             for s in range(1, args.rumor_seeds)]
+    log(f"{mode} mode, {n} members: a full run (seed {args.seed}) and {len(runs) - 1} "
+        f"rumor-only runs, {args.jobs} at a time")
+    main, *others = fresh(runs, args.jobs)
+    main["view_bundling_s"] = bundling
+    trials = {"never": main.get("rumors_never_complete", 0),
+              "within": main.get("rumors_within_bound", 0), "count": main.get("rumors", 0)}
+    hist = dict(main.get("rumor_rounds_hist", {}))
+    cpus = []  # CPU seconds of the rumor-only runs
+    for r in others:
+        cpus.append(r["cpu_s"])
         trials["never"] += r["rumors_never_complete"]
         trials["within"] += r["rumors_within_bound"]
         trials["count"] += r["rumors"]
@@ -85,21 +136,50 @@ def run_size(n: int, mode: str, args) -> dict:
     main["rumor_trials_share"] = trials["within"] / trials["count"] if trials["count"] else None
     main["rumor_trials_hist"] = dict(sorted(hist.items(), key=lambda kv: int(kv[0])))
     main["wall_total_s"] = round(time.monotonic() - t0, 1)
+    main["cpu_total_s"] = round(main.get("cpu_s", 0) + sum(cpus), 1)
     log(f"  -> {json.dumps(main)}")
     return main
 
 
 def views_cost_note(n: int, measured: list) -> str:
     """What a views-mode run at n would cost, extrapolated from the largest size run: the
-    formation's wall time grows as N^3 (O(N) view changes of O(N^2) work each)."""
+    formation's CPU time grows as N^3 (O(N) view changes of O(N^2) work each)."""
     if not measured:
         return f"views mode at {n} members not run (--views-max)"
     last = max(measured, key=lambda r: r["members"])
-    form = last["wall_formation_s"] * (n / last["members"]) ** 3
-    return (f"views mode at {n} members not run (--views-max {last['members']}): at "
-            f"{last['members']} members the formation took {last['wall_formation_s']:.0f} s "
-            f"wall and grows as N^3 (O(N) view changes, each handing every member O(N)-long "
-            f"messages), so about {form / 60:.0f} min for the formation alone at {n}")
+    form = last["cpu_formation_s"] * (n / last["members"]) ** 3
+    return (f"views mode at {n:,} members not run (--views-max {last['members']}): at "
+            f"{last['members']:,} members the formation took {last['cpu_formation_s']:.0f} s "
+            f"of CPU and grows as N^3 (O(N) view changes, each handing every member O(N)-long "
+            f"messages), so about {form / 60:,.0f} min for the formation alone at {n:,}")
+
+
+def machine_memory() -> int:
+    """Bytes of physical memory (Linux/macOS sysconf); 0 when unknown."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def gossip_cost_note(n: int, measured: list) -> str:
+    """What a gossip-mode run at n would take, from the largest size run: every member
+    lists every other, so the memory per member grows as N (the total as N^2), and the
+    rumors a formation spreads grow as N^2 log N."""
+    if not measured:
+        return f"gossip mode at {n:,} members not run (--gossip-max)"
+    last = max(measured, key=lambda r: r["members"])
+    m = last["members"]
+    mem = last["memory_per_member_bytes"] * (n / m) * n
+    per_pair = last["memory_per_member_bytes"] / m
+    cpu = last["cpu_formation_s"] * (n / m) ** 2 * math.log2(n) / math.log2(m)
+    have = machine_memory()
+    fits = (f"this machine has {have / 2 ** 30:.0f} GiB" if have else "")
+    return (f"gossip mode at {n:,} members not run (--gossip-max {m}): at {m:,} members each "
+            f"member held {last['memory_per_member_bytes'] / 2 ** 20:.1f} MiB, about "
+            f"{per_pair:,.0f} bytes per member it lists, so about {mem / 2 ** 30:,.0f} GiB at "
+            f"{n:,} ({fits}); the formation alone would take about {cpu / 60:,.0f} min of CPU "
+            f"({last['cpu_formation_s']:.0f} s at {m:,}, growing as N^2 log N)")
 
 
 def fmt(v, d=2) -> str:
@@ -117,9 +197,9 @@ def report(res: dict) -> None:
           f"static discovery through 3 seed members\n")
     print("| mode | N | rumor rounds median / max (bound log2(2N)+1) | rumors within bound "
           "| msgs/member/round sent / received, idle | ... while rumors spread | crash "
-          "detected first / median / last | join storm of 100: converged | formation | "
-          "memory/member | wall |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "detected first / median / last | join storm of 100: converged | partition healed: "
+          "converged | formation | memory/member | wall |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in res["runs"]:
         share = r.get("rumor_trials_share")
         mode = r["membership"] + (f" (view bundling {r['view_bundling_s']} s)"
@@ -136,9 +216,15 @@ def report(res: dict) -> None:
                  f"{fmt(r.get('detect_first_s'))} / {fmt(r.get('detect_median_s'))} / "
                  f"{fmt(r.get('detect_last_s'))} s",
                  f"{fmt(r.get('storm_converge_s'))} s",
-                 f"{fmt(r['formation_after_last_start_s'])} s after the last start",
+                 (f"{fmt(r.get('heal_converge_s'))} s after {r['partition_s']:.0f} s apart"
+                  if r.get("partition_s") else "-"),
+                 f"{fmt(r['formation_after_last_start_s'])} s after the last start, "
+                 f"{r['formation_sent_per_member']:,.0f} / "
+                 f"{r['formation_received_per_member']:,.0f} datagrams sent / received "
+                 f"per member",
                  f"{r['memory_per_member_bytes'] / 1024:,.0f} KiB",
-                 f"{r['wall_total_s']:.0f} s (peak RSS {r['rss_peak_bytes'] / 2 ** 30:.2f} GiB)"]
+                 f"{r['wall_total_s']:.0f} s, CPU {r['cpu_total_s']:.0f} s (peak RSS "
+                 f"{r['rss_peak_bytes'] / 2 ** 30:.2f} GiB)"]
         print("| " + " | ".join(cells) + " |")
     for note in res["notes"]:
         print(f"\n{note}")
@@ -176,7 +262,8 @@ def verdicts(res: dict) -> list:
             ok = r["rss_peak_bytes"] <= TARGETS["memory_1000_bytes"]
             out.append(f"{mode} {r['members']}: peak RSS {r['rss_peak_bytes'] / 2 ** 30:.2f} "
                        f"GiB (target <= 4 GiB): {'met' if ok else 'NOT met'}; "
-                       f"{r['wall_total_s'] / 60:.1f} min wall")
+                       f"{r['wall_total_s'] / 60:.1f} min wall, "
+                       f"{r['cpu_total_s'] / 60:.1f} min CPU")
     return out
 
 
@@ -187,23 +274,32 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--sizes", help="comma list (default 100,300,1000; quick 100,300)")
     ap.add_argument("--modes", default="gossip,views")
-    ap.add_argument("--views-max", type=int, default=300)
+    ap.add_argument("--views-max", type=int, default=1000)
+    ap.add_argument("--gossip-max", type=int, default=1000,
+                    help="larger gossip sizes print what they would take instead of running")
     ap.add_argument("--rumors", type=int, help="rumors per run (default 100, 500 at 1,000 "
                     "members and more; quick 30)")
     ap.add_argument("--rumor-seeds", type=int,
                     help="runs per size for the rumor share (default 10 at <= 300 members, "
                          "2 at 1000; quick 3 and 1)")
     ap.add_argument("--storm", type=int, default=100)
+    ap.add_argument("--partition", type=float, default=60.0,
+                    help="simulated seconds the full run keeps the group split in two "
+                         "halves before the heal (0: no partition phase)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--view-bundling", type=float, default=None,
-                    help="gms__view_bundling_s (default: the LAN preset's 0.01 s); 0.1 "
-                         "gathers a formation's joins into ~10x fewer view changes, which "
-                         "views mode at 1,000 members needs to simulate in minutes")
+                    help="gms__view_bundling_s of views-mode runs (default: 0.1 s from "
+                         "1,000 members on, the LAN preset's 0.01 s below); 0.1 gathers a "
+                         "formation's joins into ~10x fewer view changes, which views mode "
+                         "at 1,000 members needs to simulate in minutes")
     ap.add_argument("--join-interval", type=float, default=0.005,
                     help="simulated seconds between member starts during formation")
     ap.add_argument("--memory", choices=("rss", "tracemalloc"), default="rss")
     ap.add_argument("--timeout", type=float, default=300.0,
                     help="simulated seconds allowed per phase")
+    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                    help="runs of one size at a time, each in its own process (default: "
+                         "2, or 1 on one CPU)")
     ap.add_argument("--json", metavar="PATH")
     args = ap.parse_args(argv)
     sizes = [int(x) for x in (args.sizes or ("100,300" if args.quick else "100,300,1000"))
@@ -219,6 +315,10 @@ def main(argv=None) -> int:
             if mode == "views" and n > args.views_max:
                 res["notes"].append(views_cost_note(
                     n, [r for r in res["runs"] if r["membership"] == "views"]))
+                continue
+            if mode == "gossip" and n > args.gossip_max:
+                res["notes"].append(gossip_cost_note(
+                    n, [r for r in res["runs"] if r["membership"] == "gossip"]))
                 continue
             if args.quick:
                 args.rumor_seeds = seeds_arg or (1 if n >= 1000 or mode == "views" else 3)

@@ -349,7 +349,7 @@ class Gms(Layer):
             self.ranges = {a: r for a, r in self.ranges.items() if a in keep}
         self.highest_counter = max(self.highest_counter, view.view_id.id)
         self.stale_infos = {}
-        self.suspects = set() if isinstance(view, MergeView) else self.suspects & set(view.members)
+        self.suspects = set() if isinstance(view, MergeView) else self.suspects & view.member_set
         if view.view_id.coord != local or self.tmp == [] or isinstance(view, MergeView):
             self.tmp = list(view.members)
         if local in view and self.state is State.JOINING:

@@ -87,7 +87,7 @@ class MergeDetector(Layer):
             self.held = ev.held
             return True
         if type(ev) is ViewInstalled:
-            now, members = self.ctx.now(), set(ev.view.members)
+            now, members = self.ctx.now(), ev.view.member_set
             for addr in (ev.previous.members if ev.previous is not None else ()):
                 if addr not in members and addr != self.ctx.local:
                     self.gone[addr] = now

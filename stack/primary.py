@@ -341,12 +341,17 @@ class Primary(Layer):
         if type(entries) is not list or type(deltas) is not list or len(entries) != len(view):
             raise ValueError("STATES")
         lists = [self._undelta(view, d) for d in deltas]  # each distinct list once
+        n_lists = len(lists)
         states = {}
-        for a, (pid, k, attrs, extra, *rest) in zip(view.members, entries):
+        for a, entry in zip(view.members, entries):
+            # (O(N) per view at every member: the common case, no attempts, without a call)
+            pid, k, attrs, extra, *rest = entry
             if type(pid) is not int or type(attrs) is not dict or type(extra) is not dict \
-                    or type(k) is not int or not 0 <= k < len(lists):
+                    or type(k) is not int or not 0 <= k < n_lists:
                 raise ValueError("STATES entry")
-            states[a] = (pid, lists[k], attrs, extra, _attempts(rest[0] if rest else []))
+            raw = rest[0] if rest else []
+            states[a] = (pid, lists[k], attrs, extra,
+                         [] if type(raw) is list and not raw else _attempts(raw))
         r["states"] = states
         r["awaited"] = set()
         self._finish()

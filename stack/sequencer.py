@@ -199,7 +199,7 @@ class Sequencer(Layer):
         if t is ViewChange:
             old = self.coordinator
             self.view = ev.view
-            members = set(ev.view.members)
+            members = ev.view.member_set
             if len(self.delivered) > 4 * len(members) + 1024:  # bound it; keep members
                 self.delivered = {a: s for a, s in self.delivered.items() if a in members}
             if self.coordinator != old:  # a new sequencer starts from what was delivered

@@ -25,8 +25,15 @@ probe interval, is 0.2 s):
    excludes it (first, median, last survivor), convergence when all agree again.
 5. Join storm: ``storm`` new members start within ``storm_window_s``; the time until all
    N - 1 + storm members have the whole group again.
+6. Partition and heal (``partition_s`` > 0): the live members split at random into two
+   halves that hear nothing of each other for ``partition_s`` simulated seconds (long enough
+   for each half to drop the other: gossip mode buries it, views mode installs two views);
+   then the network heals, and ``heal_converge_s`` is the time until every member has the
+   whole group again (views mode: one view), through gossip mode's reconnection of the dead
+   (swim_reconnect.py) or views mode's MERGE.
 
-Nothing here is timed in wall-clock terms except the ``wall_*`` figures.
+Nothing here is timed in wall-clock terms except the ``wall_*`` figures and the ``cpu_*``
+figures (CPU seconds of this process: the wall time an idle core would take).
 """
 from __future__ import annotations
 
@@ -42,7 +49,7 @@ import time
 from typing import Callable, Optional
 
 from .config import StackConfig
-from .sim import SimMember, Simulation, SimOptions
+from .sim import SimMember, Simulation, SimOptions, collector_thresholds
 from .swim import ALIVE
 
 PRESETS = {"local": StackConfig.local, "lan": StackConfig.lan, "wan": StackConfig.wan}
@@ -96,11 +103,19 @@ class _Counter:
 
 
 class _Rumors:
-    """First arrival of watched rumors at every member (wraps each Swim's ``_apply``)."""
+    """First arrival of watched rumors at every member (wraps each Swim's ``_apply``, from
+    the first watched rumor on: until then the wrapper would only cost a call per rumor)."""
 
     def __init__(self, sim: Simulation):
         self.sim = sim
         self.watched: dict = {}  # (kind, uid, inc) -> {member index: simulated time}
+        self.members: list = []  # members added so far
+        self.hooked = False
+
+    def add(self, m: SimMember) -> None:
+        self.members.append(m)
+        if self.hooked:
+            self.hook(m)
 
     def hook(self, m: SimMember) -> None:
         swim = m.stack.layer("swim")
@@ -115,6 +130,11 @@ class _Rumors:
 
     def start(self, m: SimMember) -> tuple:
         """An ALIVE rumor about ``m`` with a new incarnation, spread by gossip only."""
+        if not self.hooked:
+            self.hooked = True
+            for other in self.members:
+                if other.alive:
+                    self.hook(other)
         swim = m.stack.layer("swim")
         swim.inc += 1
         key = (ALIVE, m.address.uid, swim.inc)
@@ -134,10 +154,16 @@ class _Runner:
         self.sim, self.members, self.membership = sim, members, membership
         self.say, self.timeout_s = say, timeout_s
         self.wall0 = time.monotonic()
+        self.cpu0 = time.process_time()
         self._ok: dict = {}  # member index -> (view object, agreed with the target?)
 
     def wall(self) -> float:
         return time.monotonic() - self.wall0
+
+    def cpu(self) -> float:
+        """CPU seconds this process spent since the start (what the wall time would be on
+        an idle core: on a loaded machine the wall time says more about the load)."""
+        return time.process_time() - self.cpu0
 
     def until(self, pred: Callable[[], bool], what: str, step: float = STEP_S) -> float:
         sim, start = self.sim, self.sim.now
@@ -153,6 +179,17 @@ class _Runner:
                          f"{self.wall():.0f} s wall")
         return sim.now - start
 
+    def run_for(self, seconds: float, what: str) -> None:
+        """``sim.run_for(seconds)``, saying how far it got every 10 s of wall time."""
+        sim = self.sim
+        end, report = sim.now + seconds, self.wall() + 10.0
+        while sim.now < end:
+            sim.run_for(min(1.0, end - sim.now))
+            if self.wall() > report:
+                report = self.wall() + 10.0
+                self.say(f"    ... {what}: {seconds - (end - sim.now):.0f} of {seconds:.0f} s "
+                         f"simulated, {self.wall():.0f} s wall")
+
     def agreed(self, live: list) -> bool:
         """Every live member has exactly the live members (views mode: one view id too).
         Rechecks a member only when its view object changed."""
@@ -165,7 +202,7 @@ class _Runner:
                 return False
             seen = self._ok.get(m.index)
             if seen is None or seen[0] is not v or seen[2] != n:
-                ok = len(v.members) == n and set(v.members) == want
+                ok = len(v.members) == n and v.member_set == want
                 seen = self._ok[m.index] = (v, ok, n)
             if not seen[1]:
                 return False
@@ -174,10 +211,12 @@ class _Runner:
         return len(ids) <= 1
 
 
+@collector_thresholds()
 def simulate(members: int = 100, membership: str = "gossip", seed: int = 1,
              preset: str = "lan", rumors: int = 20, storm: int = 100, crash: bool = True,
              loss: float = 0.0, join_interval_s: float = 0.005, storm_window_s: float = 0.05,
              traffic_rounds: int = 10, memory: str = "rss", timeout_s: float = 300.0,
+             partition_s: float = 0.0,
              options: Optional[dict] = None,
              progress: Optional[Callable[[str], None]] = None) -> dict:
     """Run the phases above on ``members`` simulated members; a dict of figures."""
@@ -204,7 +243,7 @@ def simulate(members: int = 100, membership: str = "gossip", seed: int = 1,
 
     def add(i: int) -> SimMember:
         m = sim.add_member("scale", f"m{i}", cfg)
-        watch.hook(m)
+        watch.add(m)
         ms.append(m)
         return m
 
@@ -220,8 +259,12 @@ def simulate(members: int = 100, membership: str = "gossip", seed: int = 1,
     started = sim.now
     conv = run.until(lambda: run.agreed(ms), "formation", step=0.05)
     out["formation_s"] = round(sim.now, 3)
+    sent, received = counter.mark()
+    out["formation_sent_per_member"] = round(sent / members, 1)  # datagrams
+    out["formation_received_per_member"] = round(received / members, 1)
     out["formation_after_last_start_s"] = round(conv, 3)
     out["wall_formation_s"] = round(run.wall(), 1)
+    out["cpu_formation_s"] = round(run.cpu(), 1)
     say(f"  formed: {members} members at {sim.now:.2f} s simulated (last started at "
         f"{started:.2f} s), {run.wall():.1f} s wall")
     gc.collect()
@@ -265,7 +308,7 @@ def simulate(members: int = 100, membership: str = "gossip", seed: int = 1,
                 v = m.view
                 if v is not last_view.get(m.index):
                     last_view[m.index] = v
-                    if v is not None and gone not in v.members:
+                    if v is not None and gone not in v:
                         seen[m.index] = sim.now - start
             return len(seen) == len(live)
         run.until(detected, "crash detected")
@@ -298,8 +341,28 @@ def simulate(members: int = 100, membership: str = "gossip", seed: int = 1,
         say(f"  join storm of {storm}: all {len(live)} agree {sim.now - start:.2f} s after "
             f"the first started; {run.wall():.1f} s wall")
 
+    # 6. partition and heal -------------------------------------------------------------
+    if partition_s:
+        live = [m for m in ms if m.alive]
+        half = set(rng.sample(range(len(live)), len(live) // 2))
+        a = [m for k, m in enumerate(live) if k in half]
+        b = [m for k, m in enumerate(live) if k not in half]
+        sim.partition(a, b)
+        run.run_for(partition_s, "partition")
+        apart = sum(1 for m in live if m.view is not None and len(m.view) < len(live))
+        sim.heal()
+        start = sim.now
+        run.until(lambda: run.agreed(live), "agreement after the heal", step=0.05)
+        out.update({"partition_s": partition_s, "partition_sides": [len(a), len(b)],
+                    "partitioned_members_apart": apart,
+                    "heal_converge_s": round(sim.now - start, 3)})
+        say(f"  partition of {partition_s:.0f} s into {len(a)} + {len(b)} ({apart} members "
+            f"saw the other side gone): healed, all agree {sim.now - start:.2f} s later; "
+            f"{run.wall():.1f} s wall")
+
     out.update({"simulated_s": round(sim.now, 2), "packets": sim.packets,
-                "wall_s": round(run.wall(), 1), "rss_peak_bytes": _peak_rss(),
+                "wall_s": round(run.wall(), 1), "cpu_s": round(run.cpu(), 1),
+                "rss_peak_bytes": _peak_rss(),
                 "errors": sum(m.stack.errors for m in ms if m.stack is not None)})
     return out
 
@@ -364,6 +427,9 @@ def main(argv=None) -> int:
     ap.add_argument("--preset", choices=sorted(PRESETS), default="lan")
     ap.add_argument("--rumors", type=int, default=20)
     ap.add_argument("--storm", type=int, default=100)
+    ap.add_argument("--partition", type=float, default=0.0,
+                    help="simulated seconds of a partition into two halves, then the heal "
+                         "(0: none)")
     ap.add_argument("--loss", type=float, default=0.0)
     ap.add_argument("--memory", choices=("rss", "tracemalloc"), default="rss")
     ap.add_argument("--timeout", type=float, default=300.0,
@@ -372,6 +438,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     out = simulate(args.members, args.membership, args.seed, args.preset, args.rumors,
                    args.storm, loss=args.loss, memory=args.memory, timeout_s=args.timeout,
+                   partition_s=args.partition,
                    progress=lambda text: print(text, file=sys.stderr, flush=True))
     if args.json:
         print(json.dumps(out, indent=2))

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -62,7 +62,8 @@ class SwimConfig:
     suspicion_max_factor: float = 3.0
     """A fresh, unconfirmed suspicion lasts this many times the minimum."""
     suspicion_confirmations: int = 3
-    """Independent confirmations that shrink the timeout to its minimum."""
+    """Independent confirmations that shrink the timeout to its minimum (k). Beyond k a
+    member neither originates nor spreads another confirmation (memberlist)."""
     max_piggyback: int = 16
     """Rumors carried per message."""
     rumor_cache: int = 10_000
@@ -119,10 +120,7 @@ class _Probe:
 
 _uid = attrgetter("uid")  # Address order, compared in C
 _NO_CONFIRM = frozenset()  # shared by every unsuspected node (an empty set each: 216 B)
-
-
-def _piggyback_order(entry: list) -> tuple:
-    return entry[2], -entry[1]
+_sent, _left = itemgetter(2), itemgetter(1)  # of a queue entry
 
 
 class Swim(Layer):
@@ -237,9 +235,12 @@ class Swim(Layer):
         n = self.nodes.get(p.target)
         me = self.ctx.local.uid
         if n is not None and (n.state == ALIVE_S or
-                              (n.state == SUSPECT_S and me not in n.confirm)):
+                              (n.state == SUSPECT_S and me not in n.confirm
+                               and len(n.confirm) <= self.config.suspicion_confirmations)):
             # a fresh suspicion, or (Lifeguard) our own independent confirmation of one
-            # already going round, which shortens its timeout everywhere
+            # already going round, which shortens its timeout everywhere; none once it has
+            # all the confirmations that shorten it (memberlist: O(k) rumors per suspicion,
+            # not one per member)
             self.stats["suspicions" if n.state == ALIVE_S else "confirmations"] += 1
             rumor = self._rumor(SUSPECT, n.addr.uid, n.inc, me)
             self._originate(rumor)
@@ -263,7 +264,9 @@ class Swim(Layer):
         if len(self.queue) > self.config.max_piggyback:
             # the least sent this round first, then the freshest: when more rumors are in
             # flight than one message carries, successive messages carry different ones
-            entries = sorted(entries, key=_piggyback_order)[:self.config.max_piggyback]
+            # (two stable sorts with keys read in C: the order of key (sent, -left))
+            entries = sorted(sorted(entries, key=_left, reverse=True),
+                             key=_sent)[:self.config.max_piggyback]
         out = []
         for e in entries:
             e[2] += 1
@@ -459,6 +462,10 @@ class Swim(Layer):
                 self.above.up_event(Suspect(addr))
             elif extra in n.confirm:
                 return False
+            elif len(n.confirm) > self.config.suspicion_confirmations:
+                # (the suspecter and k confirmations: its timeout is at the minimum)
+                self.stats["confirmations_beyond_cap"] += 1
+                return False  # neither spread nor re-armed
             else:
                 n.confirm.add(extra)
             self._arm(n)
@@ -732,14 +739,18 @@ class Swim(Layer):
     def down_event(self, ev: Any) -> Any:
         t = type(ev)
         if t is ViewInstalled and self.config.mode == "views":
-            members = ev.view.members
             local = self.ctx.local
             old = self.nodes
-            self.nodes = {a: self._fresh(old.get(a), a) for a in members if a != local}
+            nodes, get = {}, old.get
+            for a in ev.view.members:  # (the common case inline: one call less per member)
+                n = get(a)
+                nodes[a] = n if n is not None and n.state != DEAD_S else self._fresh(n, a)
+            nodes.pop(local, None)
+            self.nodes = nodes
             for a, n in old.items():
-                if a not in self.nodes:
+                if a not in nodes:
                     self._clear(n)
-            self.active = local in members
+            self.active = local in ev.view
             self.order = [a for a in self.order if a in self.nodes]
         elif t is MemberDead:
             n = self.nodes.get(ev.addr)

@@ -298,7 +298,7 @@ class Transport(Layer):
         if t is ViewInstalled:
             view = ev.view
             self.members = view.members
-            keep = self.in_view = frozenset(view.members)
+            keep = self.in_view = view.member_set
             if len(self.phys) > 4 * len(keep) + 64:  # bound the cache of departed members
                 self.phys = {a: p for a, p in self.phys.items() if a in keep}
             if self.ctx.local in keep:  # (a view that drops us is not ours to speak)

@@ -182,7 +182,7 @@ class Unicast(Layer):
     def down_event(self, ev: Any) -> Any:
         if type(ev) is ViewInstalled:
             now = self.ctx.now()
-            self.members = frozenset(ev.view.members)
+            self.members = ev.view.member_set
             for dest, c in self.sends.items():
                 if dest not in self.members:
                     c.since = now

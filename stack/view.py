@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import total_ordering
+from functools import cached_property, total_ordering
 from typing import Any, Optional
 
 from .address import Address
@@ -55,8 +55,20 @@ class View:
     def coordinator(self) -> Address:
         return self.members[0]
 
+    @cached_property
+    def member_set(self) -> frozenset:
+        """The members as a frozenset, built once per view: every layer tests membership
+        against it (and ``in`` uses it) rather than each building its own set or scanning
+        the tuple - O(N) per view instead of O(N) per test (not pickled: rebuilt on use)."""
+        return frozenset(self.members)
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("member_set", None)
+        return state
+
     def __contains__(self, addr: object) -> bool:
-        return addr in self.members
+        return addr in self.member_set
 
     def __len__(self) -> int:
         return len(self.members)
@@ -81,14 +93,14 @@ class ViewChange:
 
     @property
     def joined(self) -> list[Address]:
-        old = set(self.previous.members) if self.previous else set()
+        old = self.previous.member_set if self.previous else frozenset()
         return [m for m in self.view.members if m not in old]
 
     @property
     def left(self) -> list[Address]:
         if self.previous is None:
             return []
-        new = set(self.view.members)
+        new = self.view.member_set
         return [m for m in self.previous.members if m not in new]
 
 

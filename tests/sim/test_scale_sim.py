@@ -43,3 +43,18 @@ def test_a_join_storm_converges(sim_seed):
     assert r["members_after_storm"] == 99
     assert r["storm_converge_s"] < 60, f"reproduce with --sim-seed={sim_seed}"
     assert r["errors"] == 0
+
+
+@pytest.mark.seeds(1)
+@pytest.mark.parametrize("membership", ["gossip", "views"])
+def test_the_group_heals_after_a_partition(sim_seed, membership):
+    """sim_scale's partition phase: two random halves apart for 20 s (each drops the
+    other: gossip mode buries it, views mode installs two views), then the heal; every
+    member has the whole group again (views mode: one view) and the figure is measured."""
+    r = simulate(40, membership, seed=sim_seed, rumors=0, storm=0, crash=False,
+                 traffic_rounds=1, partition_s=20.0, timeout_s=120)
+    why = f"{r}; reproduce with --sim-seed={sim_seed}"
+    assert r["partition_sides"] == [20, 20], why
+    assert r["partitioned_members_apart"] == 40, why
+    assert 0 < r["heal_converge_s"] < 60, why
+    assert r["errors"] == 0, why

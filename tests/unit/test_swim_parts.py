@@ -136,6 +136,26 @@ def test_the_suspicion_timeout_shrinks_with_independent_confirmations():
     assert all_ < two < alone
 
 
+def test_confirmations_stop_at_k_and_none_of_our_own_follows():
+    """memberlist's cap: once a suspicion has its suspecter and k = 3 independent
+    confirmations (its timeout at the minimum), a fifth suspecter's rumor is neither counted
+    nor spread, and our own failed probe of the suspect confirms nothing: O(k) rumors per
+    suspicion instead of one from every member."""
+    s, others = swim(n_others=7, indirect_probes=0, suspicion_min_s=100.0)
+    victim, suspecters = others[0], others[1:6]
+    for a in suspecters:
+        from_(s, a, RUMORS, 0, rumors=[(SUSPECT, victim.uid, 0, a.uid, 3)])
+    assert s.layer.nodes[victim].confirm == {a.uid for a in suspecters[:4]}
+    assert s.layer.stats["confirmations_beyond_cap"] == 1
+    spreading = {k[3] for k in s.layer.queue if k[0] == SUSPECT}
+    assert spreading == {a.uid for a in suspecters[:4]}
+    _, target, seq = next_ping(s)  # the suspect is probed next, and nobody answers
+    assert target == victim
+    s.advance(INTERVAL)
+    assert s.layer.stats["confirmations"] == 0
+    assert s.local.uid not in {k[3] for k in s.layer.queue if k[0] == SUSPECT}
+
+
 def test_the_received_rumor_log_stays_within_twice_its_configured_size():
     s, (a, b, c, d) = swim(rumor_cache=10)
     for inc in range(1, 40):
