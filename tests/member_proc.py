@@ -3,10 +3,11 @@
     python -m tests.member_proc --cluster C --name N --bind 10.213.x.y --port P \
         [--hosts h1:p1,h2:p2,...] [--transport udp|tcp] [--no-ip-mcast] \
         [--preset local|lan|wan] [--mcast-port M] [--membership views|gossip] \
-        [--faults] [--drop-up P] [--drop-down P] [--log]
+        [--expected N] [--discovery URL] [--tie-breaker none|store] [--faults] \
+        [--drop-up P] [--drop-down P] [--log]
 
-Connects a Channel (static discovery with --hosts, IP multicast discovery without) and prints
-one JSON line per event on stdout, flushed:
+Connects a Channel (static discovery with --hosts, store discovery with --discovery, IP
+multicast discovery without either) and prints one JSON line per event on stdout, flushed:
 
     {"event": "view", "view_id": [coord_name, id], "members": [names...], "merge": bool,
      "primary": bool, "primary_id": int, "t": time.time()}
@@ -231,6 +232,10 @@ async def main(args: argparse.Namespace) -> int:
         options["membership"] = args.membership
     if args.expected:
         options["primary__expected_size"] = args.expected
+    if args.discovery:
+        options["discovery"] = args.discovery
+    if args.tie_breaker:
+        options["primary__tie_breaker"] = args.tie_breaker
     if args.faults or args.drop_up or args.drop_down:
         options["faults__drop_up"] = args.drop_up
         options["faults__drop_down"] = args.drop_down
@@ -319,6 +324,9 @@ if __name__ == "__main__":
     ap.add_argument("--membership", choices=("views", "gossip"), default=None)
     ap.add_argument("--expected", type=int, default=0,
                     help="primary__expected_size: members the first primary needs a majority of")
+    ap.add_argument("--discovery", default="", help="discovery store URL (file:///dir, ...)")
+    ap.add_argument("--tie-breaker", choices=("none", "store"), default=None,
+                    help="primary__tie_breaker (an even split's lease in the discovery store)")
     ap.add_argument("--faults", action="store_true",
                     help="insert the fault layer (for cut/heal on stdin)")
     ap.add_argument("--drop-up", type=float, default=0.0, help="fault layer: drop received")
