@@ -42,11 +42,12 @@ is primary only with that component's lease. Once the states are in, every membe
 the same tie; the view's first member creates the lease object in the discovery store if it
 is absent (its name derived from the last primary id and members, its content this view's
 half of them; one already holding the same half is a win too, read back: a re-run of the
-exchange, joiners or not), through the host's ``StoreClient`` as store discovery does, and multicasts the outcome (LEASE); every member
-waits for it as for a state and applies it alike. Both halves of a split race for the same
-object and at most one create succeeds, so at most one half is primary; a store that fails
-or does not answer within ``tie_breaker_timeout_s`` loses. No expiry: a lease is never
-taken over (see docs/architecture.md).
+exchange, joiners or not), through the host's ``StoreClient`` as store discovery does, and
+multicasts the outcome (LEASE); every member waits for it as for a state and applies it
+alike. Both halves of a split race for the same object and at most one create succeeds, so
+at most one half is primary; a store that fails or does not answer within
+``tie_breaker_timeout_s`` loses. No expiry: a lease is never taken over (see
+docs/architecture.md).
 """
 from __future__ import annotations
 

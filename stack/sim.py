@@ -39,10 +39,10 @@ million allocations, of everything almost never)."""
 
 @contextlib.contextmanager
 def collector_thresholds(threshold: tuple = LARGE_GC_THRESHOLD):
-    """Within the block (or the decorated function), CPython's collector thresholds are at least ``threshold``
-    (process-wide, never lowered; restored after). Nothing simulated depends on when the
-    collector runs, only the CPU time; cyclic garbage waits longer (call ``gc.collect()``
-    where memory is measured)."""
+    """Within the block (or the decorated function), CPython's collector thresholds are at
+    least ``threshold`` (process-wide, never lowered; restored after). Nothing simulated
+    depends on when the collector runs, only the CPU time; cyclic garbage waits longer (call
+    ``gc.collect()`` where memory is measured)."""
     before = gc.get_threshold()
     gc.set_threshold(*(max(int(a), b) for a, b in zip(threshold, before)))
     try:
