@@ -106,8 +106,7 @@ class PrimaryConfig:
     relay_above: int = field(default=32, metadata={"agreed": True})
     """Views with more members than this relay the state exchange through their first
     member (O(N) messages per view change, one hop more); smaller ones exchange as MySQL
-    Group Replication does
-    says, every member multicasting its state (N^2 deliveries, no relay). 0: always relay.
+    Group Replication does, every member multicasting its state (N^2 deliveries, no relay). 0: always relay.
     Must be the same on every member: a joiner with another value is refused
     (``JoinRejected``, see ``GmsConfig.agreed``)."""
     tie_breaker: str = field(default="none", metadata={"agreed": "unless_default"})
