@@ -106,9 +106,9 @@ class PrimaryConfig:
     relay_above: int = field(default=32, metadata={"agreed": True})
     """Views with more members than this relay the state exchange through their first
     member (O(N) messages per view change, one hop more); smaller ones exchange as MySQL
-    Group Replication does, every member multicasting its state (N^2 deliveries, no relay). 0: always relay.
-    Must be the same on every member: a joiner with another value is refused
-    (``JoinRejected``, see ``GmsConfig.agreed``)."""
+    Group Replication does, every member multicasting its state (N^2 deliveries, no
+    relay). 0: always relay. Must be the same on every member: a joiner with another value
+    is refused (``JoinRejected``, see ``GmsConfig.agreed``)."""
     tie_breaker: str = field(default="none", metadata={"agreed": "unless_default"})
     """What an even split decides (Corosync qdevice's idea, through the discovery store).
     "none": a view with exactly half of the last primary component is not primary (MySQL
