@@ -105,17 +105,14 @@ class Workload:
 
     def drain(self) -> None:
         """Settle what is still held, then drain both queues from every live member, until
-        they are empty in one primary view with every member active (BUGGIFY's stalls and
-        loss bursts may exclude a member meanwhile: what it held is requeued, and it comes
-        back), and the replicas agree (or ``QueueHistory.check`` names their difference)."""
+        the replicas agree (or ``QueueHistory.check`` names their difference)."""
         sim, drivers = self.sim, self.drivers
         sim.run_for(1.0)
         for _ in range(200):
             self.run(0.2, draining=True)
             live = [d for d in drivers if d.member.alive]
             if all(all(not q.msgs for q in d.replica.state.queues.values()) for d in live) \
-                    and not any(self.held.values()) and one_view(drivers) \
-                    and all(d.active for d in drivers):
+                    and not any(self.held.values()):
                 break
         sim.run_for(0.6)  # the last acquires time out (nothing is left to acquire)
         self.run(0.04, draining=True)  # settles whatever they might still have got
@@ -130,8 +127,7 @@ class Workload:
 @pytest.mark.regressions(700108,  # a member that did not coordinate its view answered a merge
                          7300040,  # the sequencer ordered into a state exchange (NotPrimary)
                          10000538,  # a late APPLIED report undid a newer one
-                         14000110,  # a crash between the primary round and the queue's own
-                         15702893)  # a member excluded during the drain (a test imprecision)
+                         14000110)  # a crash between the primary round and the queue's own
 def test_work_queue_history(sim_seed):
     sim = Simulation(sim_seed, SimOptions(loss=0.03, duplicate=0.01, reorder=0.03,
                                           delay_s=(0.0005, 0.003)), buggify=True)
@@ -173,10 +169,6 @@ def test_work_queue_history(sim_seed):
                   "one primary view, everyone active, after the last heal")
     w.run(0.5)
     w.drain()
-    # (and should a member be excluded after the drain, compare once it is back, its state
-    # brought up to date by the donor's snapshot)
-    sim.run_until(lambda: one_view(drivers) and all(d.active for d in drivers), 60,
-                  "one primary view, everyone active, after the drain")
     h.check([d.replica for d in drivers])
     History(sim).check_primary()
     assert h.calls["publish_ok"] > 0 and h.calls["accept_ok"] > 0, h.calls
