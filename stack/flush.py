@@ -245,10 +245,17 @@ class Flush:
         early, self.early = self.early, None
         if early is not None:
             vid = early[3]
-            if view.view_id < ViewId(self.gms.ctx.book.get(vid[0]), int(vid[1])):
+            flushed = ViewId(self.gms.ctx.book.get(vid[0]), int(vid[1]))
+            if view.view_id < flushed:
                 self.early = early  # still behind the view it flushes
-            else:
+            elif view.view_id == flushed:
                 self.on_start(*early)
+            else:
+                # we moved past the view it flushes: its coordinator started over on a newer
+                # view, or ended, and would never end this round (its id is gone), so
+                # taking it now would stop our sending until we gave up and left the view
+                # (seed 15702893: a whole group split into singletons in a quiet period)
+                self.gms.stats["flush_starts_stale"] += 1
 
     def release(self) -> None:
         """Sending resumes (a newer view was installed, or the flush was ended without one)."""

@@ -127,7 +127,8 @@ class Workload:
 @pytest.mark.regressions(700108,  # a member that did not coordinate its view answered a merge
                          7300040,  # the sequencer ordered into a state exchange (NotPrimary)
                          10000538,  # a late APPLIED report undid a newer one
-                         14000110)  # a crash between the primary round and the queue's own
+                         14000110,  # a crash between the primary round and the queue's own
+                         15702893)  # a stale START_FLUSH taken after a newer view
 def test_work_queue_history(sim_seed):
     sim = Simulation(sim_seed, SimOptions(loss=0.03, duplicate=0.01, reorder=0.03,
                                           delay_s=(0.0005, 0.003)), buggify=True)
