@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -71,7 +72,8 @@ def run_chunk(test: str, base: int, count: int, extra: list[str]) -> tuple:
             name = case.get("name", "")
             if "[seed" not in name:
                 continue
-            seed = int(name.split("[seed")[1].rstrip("]"))
+            # the seed, then any other parameter of the test ("[seed7-store]")
+            seed = int(re.match(r"\d+", name.split("[seed")[1]).group())
             ran += 1
             bad = case.find("failure")
             if bad is None:
