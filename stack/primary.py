@@ -128,6 +128,13 @@ class PrimaryConfig:
     """Delay between tries of a lease whose store call failed."""
 
 
+def _share(view, last: list) -> tuple:
+    """(members of ``view`` among ``last``, the UUIDs of a primary view's members; how many
+    ``last`` holds): what the majority rule and the tie-breaker count."""
+    last_set = set(last)
+    return sum(1 for m in view.members if m.uid in last_set), len(last_set)
+
+
 class Primary(Layer):
     name = "primary"
     header_id = 9
@@ -451,8 +458,8 @@ class Primary(Layer):
             if 2 * len(view) > self.config.expected_size:
                 self.stats["first_start_refused"] += 1
             return False
-        last_set = set(last)
-        return 2 * sum(1 for m in view.members if m.uid in last_set) > len(last_set)
+        held, total = _share(view, last)
+        return 2 * held > total
 
     # -- the even-split tie-breaker (primary.tie_breaker="store") ---------------------------
     def _tie(self, view, max_pid: int, last: list) -> bool:
@@ -460,8 +467,8 @@ class Primary(Layer):
         and a lease may break the tie."""
         if self.config.tie_breaker != "store" or max_pid == 0:
             return False
-        last_set = set(last)
-        return 2 * sum(1 for m in view.members if m.uid in last_set) == len(last_set)
+        held, total = _share(view, last)
+        return 2 * held == total
 
     def _await_lease(self, r: dict, max_pid: int, last: list) -> None:
         """Every member waits for the LEASE of the view's first member, which takes the lease
@@ -474,7 +481,8 @@ class Primary(Layer):
         digest = hashlib.sha256(b"".join(sorted(last))).hexdigest()[:16]
         name = f"primary-{max_pid}-{digest}.lease"
         # the holder: this view, and its half of the split component (what a re-run compares)
-        half = sorted(a.uid.hex() for a in view.members if a.uid in set(last))
+        last_set = set(last)
+        half = sorted(a.uid.hex() for a in view.members if a.uid in last_set)
         data = json.dumps({"view": [r["vid"][0].hex(), r["vid"][1]], "half": half,
                            "members": sorted(a.uid.hex() for a in view.members)}).encode()
         store = getattr(self.ctx.host, "store", None)
