@@ -286,10 +286,11 @@ class Gms(Layer):
         return [[a.uid, *p] for a, p in zip(addrs, self._phys_in_order(addrs)) if p is not None]
 
     # -- installing views ---------------------------------------------------------------
-    def _on_view(self, view: View, final: Optional[dict], merged: Optional[dict] = None) -> None:
+    def _on_view(self, view: View, final: Optional[dict], merged: Optional[dict] = None,
+                 stable: bool = True) -> None:
         """A VIEW was delivered: install it, after catching up with crashed members."""
         if self.catching_up:
-            self.deferred.append((view, final, merged))
+            self.deferred.append((view, final, merged, stable))
             return
         if final:
             self.catching_up = True
@@ -304,10 +305,14 @@ class Gms(Layer):
                 todo.clear()
                 self.catching_up = False
                 self._install(view, merged=merged)
-                if reached:
-                    # the VIEW went out only once every member of the flush held the cut:
-                    # all of it is delivered everywhere, so NAKACK may let it go now rather
-                    # than at the next STABLE round (which a fast series of views resets)
+                if reached and stable:
+                    # the VIEW went out only once every member of the flush held the cut,
+                    # and (``stable``) every member of the view took part in that flush or
+                    # joins at the cut: all of it is delivered everywhere, so NAKACK may let
+                    # it go now rather than at the next STABLE round (which a fast series of
+                    # views resets). A member of the view that was not flushed (the latest
+                    # view a survivor reported was newer than the flushed one) may still
+                    # miss some of it and fetch it after the install: STABLE decides then
                     self.below.down_event(Stability({a: s for a, (s, _) in final.items()}))
                 while self.deferred and not self.catching_up:
                     self._on_view(*self.deferred.pop(0))
@@ -474,7 +479,8 @@ class Gms(Layer):
         # last multicasts to everyone), and a leaving coordinator still has to send the VIEW
         self.flush.start(survivors, crashed, self._flushed)
 
-    def _emit_view(self, base: list, counter: int, final: Optional[dict]) -> None:
+    def _emit_view(self, base: list, counter: int, final: Optional[dict],
+                   flushed: frozenset = frozenset()) -> None:
         local = self.ctx.local
         joins = [j for j in self.joins if j not in base]
         leaves = set(self.leaves)
@@ -494,7 +500,11 @@ class Gms(Layer):
         self.tmp = members
         fwire = [[a.uid, s, h.uid] for a, (s, h) in final.items()] if final else None
         self.stats["views_sent"] += 1
-        self.below.down(self._view_msg([VIEW, view_to_wire(view), self._phys_entries(joins), fwire]))
+        # the cut is stable at install only when every member holds it by then: each took
+        # part in the flush (or joins at the cut); see _on_view
+        stable = all(m in flushed or m in joins for m in members)
+        self.below.down(self._view_msg([VIEW, view_to_wire(view), self._phys_entries(joins), fwire,
+                                        None, stable]))
         digest = self.below.down_event(GetDigest(sent=True))
         if final:  # joiners start at the cut (own entry: the VIEW just sent)
             digest.update({a: s for a, (s, _) in final.items() if a != local})
@@ -565,7 +575,7 @@ class Gms(Layer):
         base = list(latest.members)
         if self.ctx.local not in base:  # someone excluded us meanwhile; we still lead ours
             base.insert(0, self.ctx.local)
-        self._emit_view(base, counter, final)
+        self._emit_view(base, counter, final, set(digests))
 
     # -- leaving --------------------------------------------------------------------------
     def _leave(self, reason: str) -> None:
@@ -643,7 +653,7 @@ class Gms(Layer):
                     view = MergeView(view.view_id, view.members, versions=view.versions,
                                      subgroups=tuple(view_from_wire(v, book) for v in subgroups))
                     merged = {book.get(u): int(s) for u, s in dwire}
-                self._on_view(view, final, merged)
+                self._on_view(view, final, merged, bool(h[5]) if len(h) > 5 else True)
         elif typ == VIEW_ACK:
             if sender in (self.acks or ()):
                 self._on_ack(sender, int(h[2]))
