@@ -575,7 +575,12 @@ class Gms(Layer):
         base = list(latest.members)
         if self.ctx.local not in base:  # someone excluded us meanwhile; we still lead ours
             base.insert(0, self.ctx.local)
-        self._emit_view(base, counter, final, set(digests))
+        # the cut is stable at install only if every member of the view was flushed and
+        # every participant flushed from the view it is built on: one still in an older view
+        # had no window for the newer view's members, so it held their part of the cut only
+        # vacuously and may install that view (and need the part) later
+        same = all(v.view_id == latest.view_id for v in views)
+        self._emit_view(base, counter, final, set(digests) if same else frozenset())
 
     # -- leaving --------------------------------------------------------------------------
     def _leave(self, reason: str) -> None:
