@@ -15,9 +15,11 @@ from V to V' delivered the same messages in V, and stability in V' cannot purge 
 member of V still needed. A member that does not answer is treated as crashed and the flush
 restarts with the smaller membership.
 
-Sending resumes at the install of a newer view, or when the coordinator ends the flush
-without one (FLUSH_RESUME: nothing changed after all, or a merge that did not happen), and
-never otherwise: a member that sent again in V after the cut was taken would deliver its
+Stopped means every reliable multicast from above GMS: the application's and those of the
+stack's own layers (PRIMARY's, sent whenever their work ends) wait in GMS. Sending resumes
+at the install of a newer view, or when the coordinator ends the flush without one
+(FLUSH_RESUME: nothing changed after all, or a merge that did not happen), and never
+otherwise: a member that sent again in V after the cut was taken would deliver its
 later messages in V at some members and in V' at others. A member whose flush coordinator
 went silent for ``3 * view_ack_timeout_s`` takes a flush from another coordinator (the next
 in line takes over when the coordinator died) but stays stopped; after ``10 *`` it leaves

@@ -87,6 +87,7 @@ def test_a_group_of_two_that_loses_one(sim_seed, tie_breaker):
 
 
 @pytest.mark.seeds(20)
+@pytest.mark.regressions(15710036)  # a LEASE sent while a merge's flush stopped sending
 def test_tie_breaker_campaign(sim_seed):
     """Random even splits and heals of 2, 4 or 6 members (and crashes of one of two), store
     calls slow (up to 1.5 s each) and sometimes down for a while: never two primaries."""

@@ -16,7 +16,7 @@ from raygroups.stack.events import (Freeze, GetDigest, MemberDead, MergeDigest, 
 from raygroups.stack.flush import FLUSH_CUT, FLUSH_DONE, FLUSH_OK, FLUSH_RESUME, START_FLUSH
 from raygroups.stack.gms import VIEW, VIEW_ACK, SendBlocked, cut
 from raygroups.stack.gms_merge import INSTALL_MERGE, MERGE_REQ, MERGE_RSP
-from raygroups.stack.message import INTERNAL, Message
+from raygroups.stack.message import INTERNAL, NO_RELIABILITY, Message
 from raygroups.stack.nakack import MSG
 from raygroups.stack.view import MergeView, View, ViewId, view_to_wire
 
@@ -246,13 +246,19 @@ def test_application_sends_are_held_during_a_flush_and_go_out_after_the_new_view
     app1, app2 = Message(None, b"one"), Message(s.c, b"two")
     s.down(app1)
     s.down(app2)
+    # a layer's reliable multicast (PRIMARY's) is held too: after our FLUSH_OK it would be
+    # beyond the cut; its unicasts and best-effort multicasts are no part of the cut
     internal = Message(None, b"stack", INTERNAL)
-    s.down(internal)
-    assert s.below.take() == [internal]  # stack traffic is not held
-    assert s.gms.held == [app1, app2]
+    direct = Message(s.c, b"to one", INTERNAL)
+    best_effort = Message(None, b"credit", NO_RELIABILITY | INTERNAL)
+    for m in (internal, direct, best_effort):
+        s.down(m)
+    assert s.below.take() == [direct, best_effort]
+    assert s.gms.held == [app1, app2, internal]
     s.up(view_msg(s, View(ViewId(s.a, 6), (s.a, s.local, s.c)), s.a))
     out = s.below.take()
-    assert [m for m in out if m in (app1, app2)] == [app1, app2]  # in the order they were sent
+    # in the order they were sent
+    assert [m for m in out if m in (app1, app2, internal)] == [app1, app2, internal]
     assert writable(s) == [False, True] and s.gms.held == []
     s.down(Message(None, b"three"))
     assert [m.payload for m in s.below.sent] == [b"three"]
