@@ -13,7 +13,10 @@ member's view only when it is not the one being flushed: the coordinator has tha
 sent (carrying the cut again for anyone who missed a step): members that move together
 from V to V' delivered the same messages in V, and stability in V' cannot purge a message a
 member of V still needed. A member that does not answer is treated as crashed and the flush
-restarts with the smaller membership.
+restarts with the smaller membership. A survivor that answers from a newer view than the
+coordinator's (a view change in flight, whose VIEW has not reached the coordinator: GMS
+builds on it) may name members this round did not stop; the round starts over with them
+(``flushes_extended``), since every member of the new view must have stopped sending.
 
 Stopped means every reliable multicast from above GMS: the application's and those of the
 stack's own layers (PRIMARY's, sent whenever their work ends) wait in GMS. Sending resumes
@@ -61,14 +64,17 @@ class Flush:
 
     # -- coordinator --------------------------------------------------------------------
     def start(self, participants: list, removed: list,
-              on_done: Callable[[list, dict, dict], None]) -> None:
+              on_done: Callable[[list, dict, dict], None], extend: bool = False) -> None:
         """Flush ``participants`` (self included); ``on_done(views, digests, cut)`` runs
-        once every participant holds the cut."""
+        once every participant holds the cut. ``extend``: when a participant answers from a
+        newer view (a change in flight, which the view change finishes), its members this
+        round did not stop are stopped too, in a new round."""
         g = self.gms
         self.counter += 1
         fid = [g.ctx.local.uid, self.counter]
         self.round = {"id": fid, "waiting": set(participants), "views": [], "digests": {},
-                      "on_done": on_done, "t0": g.ctx.now(), "view": g.view}
+                      "on_done": on_done, "t0": g.ctx.now(), "view": g.view,
+                      "removed": removed, "extend": extend}
         g.stats["flushes"] += 1
         vid = g.view.view_id
         hdr = [START_FLUSH, fid, [a.uid for a in removed], [vid.coord.uid, vid.id]]
@@ -91,11 +97,13 @@ class Flush:
         r["waiting"].discard(sender)
         if r["waiting"]:
             return
+        g = self.gms
+        latest = max(r["views"], key=lambda v: v.view_id)
+        if r["extend"] and self._extend(r, latest):
+            return
         # second phase: everyone fetches what it misses up to the cut, then says so
         from .gms import cut
-        g = self.gms
-        r["cut"] = cut(max(r["views"], key=lambda v: v.view_id).members, r["digests"],
-                       set(g.leaves))
+        r["cut"] = cut(latest.members, r["digests"], set(g.leaves))
         r["waiting"] = set(r["digests"])
         fwire = [[a.uid, s, h.uid] for a, (s, h) in r["cut"].items()]
         for m in list(r["waiting"]):
@@ -103,6 +111,21 @@ class Flush:
                 self.on_cut(m, r["id"], fwire)
             else:
                 g._send(m, [FLUSH_CUT, r["id"], fwire])
+
+    def _extend(self, r: dict, latest) -> bool:
+        """A participant answered from a newer view whose members this round did not stop
+        (not suspected): they could send after the cut, their last messages delivered in
+        that view by some and in ours by others. Start over with them; the suspected ones
+        of that view are removed (frozen) too."""
+        g = self.gms
+        more = [m for m in latest.members if m not in r["digests"] and m not in g.suspects]
+        if not more:
+            return False
+        g.stats["flushes_extended"] += 1
+        removed = r["removed"] + [m for m in latest.members
+                                  if m in g.suspects and m not in r["removed"]]
+        self.start(list(r["digests"]) + more, removed, r["on_done"], extend=True)
+        return True
 
     def on_done(self, sender, fid) -> None:
         r = self.round

@@ -480,7 +480,7 @@ class Gms(Layer):
             survivors.append(self.ctx.local)
         # freeze only the crashed: leavers take part in the flush (the cut carries their
         # last multicasts to everyone), and a leaving coordinator still has to send the VIEW
-        self.flush.start(survivors, crashed, self._flushed)
+        self.flush.start(survivors, crashed, self._flushed, extend=True)
 
     def _emit_view(self, base: list, counter: int, final: Optional[dict],
                    flushed: frozenset = frozenset()) -> None:

@@ -108,6 +108,7 @@ def test_cut_only_after_every_flush_ok_view_only_after_every_flush_done():
     s.up(flush_done(s, s.c, fid))
     [v] = [m for m in sent(s, VIEW) if m.dest is None]
     assert sorted(hdr(v)[3]) == expected  # the VIEW carries the cut again
+    assert hdr(v)[5] is True  # every member was flushed (D joins at the cut): stable
     assert s.gms.stats["flushes"] == 2 and s.gms.stats["flush_timeouts"] == 0
 
 
@@ -210,10 +211,22 @@ def test_the_new_view_builds_on_the_latest_view_a_survivor_installed():
     s.gms.up_event(MemberDead(s.c))
     s.advance(0.01)
     newer = View(ViewId(s.b, 7), (s.local, s.b, s.c, x))
-    fid, _ = run_flush(s, views={s.b: newer})
+    first = hdr(sent(s, START_FLUSH)[-1])[1]
+    s.up(flush_ok(s, s.b, first, newer))
+    # X, of the newer view, was not stopped by this round: it could send after the cut, so
+    # the round starts over with it (the cut's phase never began)
+    assert not sent(s, FLUSH_CUT)
+    again = [m for m in sent(s, START_FLUSH) if hdr(m)[1] != first]
+    assert sorted(m.dest for m in again) == sorted([s.b, x])
+    assert hdr(again[0])[2] == [s.c.uid]  # the crashed member is still frozen
+    assert s.gms.stats["flushes_extended"] == 1
+    fid, peers = run_flush(s, views={s.b: newer, x: newer})
+    assert sorted(peers) == sorted([s.b, x]) and fid != first
     [v] = [m for m in sent(s, VIEW) if m.dest is None]
     assert hdr(v)[1][1] == 8
     assert [uid for uid, _ in hdr(v)[1][2]] == [s.local.uid, s.b.uid, x.uid]
+    # the coordinator itself flushed from an older view: the cut is not stable at install
+    assert hdr(v)[5] is False
 
 
 # -- members --------------------------------------------------------------------------------

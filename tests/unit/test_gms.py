@@ -866,6 +866,12 @@ def test_a_view_after_a_flush_makes_its_cut_stable():
     # a view without a cut (a join response, or a VIEW with nothing to catch up) does not
     s.up(Message(None, b"", INTERNAL, {5: view_hdr(View(ViewId(a, 7), (a, s.local, c)))}, a))
     assert len(s.below.events_of(Stability)) == 1
+    # nor one its coordinator marks unstable: a member of it was not flushed, or flushed
+    # from an older view, and may still need part of the cut (STABLE decides then)
+    unflushed = View(ViewId(a, 8), (a, s.local, c))
+    s.up(Message(None, b"", INTERNAL, {5: [VIEW, view_to_wire(unflushed), [], cut, None,
+                                           False]}, a))
+    assert views(s)[-1] == unflushed and len(s.below.events_of(Stability)) == 1
 
 
 # -- wire versions --------------------------------------------------------------------------
