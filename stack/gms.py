@@ -409,10 +409,11 @@ class Gms(Layer):
         return Message(None, b"", INTERNAL, {5: hdr})
 
     def _multicast_merge_view(self, vwire: list, subgroups: list, dwire: list,
-                              final: dict) -> None:
-        """To our (flushed) subgroup, in FIFO order with our other messages."""
+                              final: dict, stable: bool) -> None:
+        """To our (flushed) subgroup, in FIFO order with our other messages; ``stable``:
+        the subgroup's cut may be purged at install (see _on_view)."""
         fwire = [[a.uid, s, h.uid] for a, (s, h) in final.items()]
-        self.below.down(self._view_msg([VIEW, vwire, [], fwire, [subgroups, dwire]]))
+        self.below.down(self._view_msg([VIEW, vwire, [], fwire, [subgroups, dwire], stable]))
 
     # -- coordinator ----------------------------------------------------------------------
     def _on_join_req(self, sender: Address, name: str, phys, agreed: dict, versions) -> None:

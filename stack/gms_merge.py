@@ -54,6 +54,7 @@ class Merger:
         self.timer = None
         self.counter = 0
         self.cut: dict = {}                    # our subgroup's flush cut
+        self.cut_stable = True                 # every participant flushed from our view
         # coordinators not to merge with -> None (agreed settings differ: for good), or
         # (their view, ours) when only wire versions did: until either view changes
         self.incompatible: dict = {}
@@ -127,6 +128,10 @@ class Merger:
 
         def done(views, digests, final) -> None:
             self.cut = final
+            # a member still in an older view answered without a window for the members
+            # our view added: it held their part of the cut only vacuously (see
+            # Gms._flushed), so the cut is not stable at the MergeView's install
+            self.cut_stable = all(v.view_id == g.view.view_id for v in views)
             then([view_to_wire(g.view), [[a.uid, s] for a, (s, _) in self.cut.items()],
                   g._phys_entries(g.view.members)])
         g.flush.start(members, [], done)
@@ -230,7 +235,7 @@ class Merger:
             return
         _, _, vwire, subgroups, dwire, phys = h
         g._learn_phys(phys)
-        g._multicast_merge_view(vwire, subgroups, dwire, self.cut)
+        g._multicast_merge_view(vwire, subgroups, dwire, self.cut, self.cut_stable)
 
     def _incompatible(self, coord, diffs: list) -> None:
         """``coord`` leads a group whose agreed settings differ from ours, or whose wire

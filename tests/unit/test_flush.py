@@ -598,6 +598,7 @@ def test_a_merge_participant_flushes_its_subgroup_then_answers_and_multicasts_th
     s.up(Message(s.local, b"", INTERNAL, {5: inst}, low))
     [v] = [m for m in sent(s, VIEW) if m.dest is None]
     assert hdr(v)[1] == view_to_wire(mv) and hdr(v)[4][0] == inst[3]
+    assert hdr(v)[5] is True  # every member flushed from our view: the cut is stable
     loopback(s)
     got = views(s)[-1]
     assert isinstance(got, MergeView) and got.view_id == ViewId(low, 9)
@@ -695,3 +696,24 @@ def test_a_round_overtaken_by_another_coordinators_newer_view_starts_over_on_tha
     run_flush(s)
     [v] = [m for m in sent(s, VIEW) if m.dest is None]
     assert [uid for uid, _ in hdr(v)[1][2]] == [s.local.uid, s.c.uid] and hdr(v)[1][1] == 7
+
+
+def test_a_subgroup_cut_a_member_held_from_an_older_view_is_not_stable_at_the_merge():
+    """B answered our subgroup's flush from the view before ours (our VIEW had not reached
+    it): it has no window for the members our view added and held their part of the cut
+    only vacuously, so the MergeView must not let NAKACK purge that part at install (seed
+    15801942: a member still fetching it after the install found it gone for good)."""
+    s = coordinator()
+    low = s.ctx.book.add(Address(b"\x00" * 16, "L"))
+    mid = [low.uid, 3]
+    s.up(Message(s.local, b"", INTERNAL, {5: [MERGE_REQ, mid]}, low))
+    older = View(ViewId(s.local, s.gms.view.view_id.id - 1), (s.local, s.b))
+    run_flush(s, views={s.b: older})
+    assert sent(s, MERGE_RSP)
+    vl = View(ViewId(low, 8), (low,))
+    mv = MergeView(ViewId(low, 9), (low, s.local, s.b, s.c), subgroups=(vl, s.gms.view))
+    s.up(Message(s.local, b"", INTERNAL, {5: [INSTALL_MERGE, mid, view_to_wire(mv),
+                                              [view_to_wire(vl), view_to_wire(s.gms.view)],
+                                              [[low.uid, 1]], []]}, low))
+    [v] = [m for m in sent(s, VIEW) if m.dest is None]
+    assert hdr(v)[5] is False
