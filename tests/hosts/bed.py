@@ -8,7 +8,7 @@ or the cluster launcher would), with GCS health checks every second (a silent no
 declared dead in about 8-16 s instead of Ray's 30-60 s, so a campaign schedule sees Ray's
 verdicts in seconds; ``health`` sets others) and a raylet that gives up on an unreachable GCS after
 ``gcs_reconnect_s``. The group is launched from the head with ``follow_nodes=True`` (a member
-on every node, on restarted hosts too); a client (tests/hosts/client.py) runs on every Ray
+on every node, on restarted hosts too), discovery in Ray's KV and the even-split tie-breaker; a client (tests/hosts/client.py) runs on every Ray
 host and records its operations in ``<tmp>/hist-<k>-<n>.jsonl``.
 
 With ``gcs_ft`` (the default, the configuration docs/architecture.md recommends), Ray's GCS
@@ -164,8 +164,12 @@ class HostCluster:
                          timeout=timeout).stdout
 
     def _launch(self) -> None:
-        self.driver(HEAD, f"Group.launch({self.group!r}, 1, follow_nodes=True, timeout=90)",
-                    timeout=180)
+        # the configuration docs/architecture.md recommends for a group this small: the
+        # even-split tie-breaker, its lease in Ray's KV (a primary view of two that loses one
+        # to Ray's verdict is primary again once its survivor holds the lease)
+        self.driver(HEAD, f"Group.launch({self.group!r}, 1, follow_nodes=True, timeout=90, "
+                          "discovery='ray-kv://', "
+                          "stack_options={'primary__tie_breaker': 'store'})", timeout=180)
 
     def _start_client(self, k: int) -> None:
         n = self.boots.get(k, 0)
