@@ -620,13 +620,18 @@ class Replica:
         donor = next(m for m in order if positions[m][:2] == best)
         best_members = positions[donor][2]
         present = sum(1 for m in best_members if m in set(order))
-        if best_members and 2 * present <= len(best_members):
+        pid = self.view.primary_id
+        # exactly half of the epoch right before this primary view: primary only by the
+        # even-split tie-breaker's lease, the stack's own decision against the same members
+        # (the epoch's are the members of its primary view), which no other half can win;
+        # an acknowledged publish reached a majority, so a member of any half has it
+        lease_half = 2 * present == len(best_members) and pid == best[0] + 1
+        if best_members and 2 * present <= len(best_members) and not lease_half:
             # the most advanced state we can see belongs to an epoch most of whose members
             # are missing: another component may have moved on from it
             self.stats["no_quorum"] += 1
             self._lose_primary("no majority of the last epoch's members")
             return
-        pid = self.view.primary_id
         if positions[self.uid][:2] == best:
             self.state.begin_epoch(pid, order)
             stale = [a for a in self.view.members if positions[a.uid][:2] != best]
