@@ -7,13 +7,17 @@ spark = start_spark("etl", executors=2, memory="1G")   # two executors of one co
 stop_spark()
 ```
 
-The Spark driver's JVM joins Ray as a worker of its own, and left alone it looks up its raylet
-in Ray's node table by IP address. After a head restart under GCS fault tolerance that table
-still lists the head's dead node (same IP) next to the new one, and the JVM can pick the dead
-node's socket: the session never starts ("Failed to connect to socket ... sockets/raylet";
-the new raylet listens on ``raylet.1``). ``start_spark`` pins the JVM to the raylet this
-process is connected to (``driver_configs``); pass ``configs=driver_configs()`` to
-``raydp.init_spark`` when calling it directly.
+The Spark driver's JVM joins Ray as a worker of its own, and RayDP gives it the Ray settings
+(node address, raylet socket, node-manager port) of the node its Spark master actor runs on,
+wherever Ray placed that actor. On a cluster of several hosts the JVM then claims another
+host's raylet: it works by accident while every host's raylet has the same socket name, and
+fails once the names differ, as after a head restart under GCS fault tolerance (the new
+raylet listens on ``raylet.1``; "Failed to connect to socket ... sockets/raylet", and no
+session starts on that host again). ``start_spark`` places the master actor on the node this
+process is connected to (``driver_configs``: RayDP's
+``spark.ray.raydp_spark_master.actor.resource.*`` settings, Ray's ``node:<address>``
+resource); pass ``configs=driver_configs()`` to ``raydp.init_spark`` when calling it
+directly.
 """
 from __future__ import annotations
 
@@ -22,22 +26,19 @@ import sys
 from typing import Any, Optional
 
 QUIET = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
-JAVA_OPTS = "spark.driver.extraJavaOptions"
+MASTER = "spark.ray.raydp_spark_master.actor.resource."
 
 
 def driver_configs(configs: Optional[dict] = None) -> dict:
-    """``configs`` (Spark settings) with the driver JVM's Java options extended by the raylet,
-    object store and node-manager port of the Ray node this process is connected to (from
-    ``ray.nodes()``), so that the JVM's Ray worker connects where this driver does."""
+    """``configs`` (Spark settings) with RayDP's Spark master actor placed on the Ray node this
+    process is connected to (its ``node:<address>`` resource, from ``ray.nodes()``) and
+    holding no CPU there (as a Ray actor by default, once placed), so that the driver JVM's
+    Ray worker connects where this driver does. The caller's own master settings win."""
     import ray
     me = ray.get_runtime_context().get_node_id()
     node = next(n for n in ray.nodes() if n["NodeID"] == me)
-    pins = (f"-Dray.raylet.socket-name={node['RayletSocketName']} "
-            f"-Dray.object-store.socket-name={node['ObjectStoreSocketName']} "
-            f"-Dray.raylet.node-manager-port={node['NodeManagerPort']}")
-    out = dict(configs or {})
-    out[JAVA_OPTS] = f"{out[JAVA_OPTS]} {pins}" if out.get(JAVA_OPTS) else pins
-    return out
+    pins = {f"{MASTER}node:{node['NodeManagerAddress']}": "0.001", f"{MASTER}CPU": "0"}
+    return {**pins, **(configs or {})}
 
 
 def start_spark(app: str, executors: int = 2, cores: int = 1, memory: str = "1G",

@@ -91,8 +91,8 @@ def main(argv=None) -> int:
         if stopped_for(a.stop) < 0:  # jobs wait on the queue while Spark starts (seconds)
             publish(g.queue(QUEUE, lease_s=10.0), rec, a.per_batch, seq)
             seq += a.per_batch
-        # start_spark: the driver JVM's Ray worker pinned to this driver's raylet (after a
-        # head restart the node table still lists the dead head at the same IP)
+        # start_spark: Spark's master actor, whose node's raylet RayDP gives the driver JVM,
+        # on this driver's node (after a head restart its raylet's socket is named anew)
         spark = start_spark("campaign-pipeline", executors=1, memory="512M",
                             configs={"spark.sql.shuffle.partitions": "2"})
     except Exception as e:  # a fault took Spark's master or executor down as it started

@@ -5,22 +5,11 @@ dealt over the nodes in file order), on the line's port, with the line's seeded 
 first line founding the group; a member Ray restarts rejoins with a fresh UUID, and the
 coordinator's members file (the bootstrap file's place in the store) lists it under that
 one. Runs tests/bootstrap_nodes_run.py in a process of its own (its own Ray), about 40 s."""
-import json
-import os
-import subprocess
-import sys
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.script_run import run_json
 
 
 def test_a_bootstrap_file_starts_its_members_on_their_nodes_in_file_order(tmp_path):
-    out = tmp_path / "run.json"
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    run = subprocess.run([sys.executable, "-m", "tests.bootstrap_nodes_run", "--json", str(out)],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
-    r = json.loads(out.read_text())
-    print(run.stdout[-3000:])
+    r = run_json("tests.bootstrap_nodes_run", tmp_path)
     lines, members = r["lines"], r["members"]
     assert len(lines) == len(r["nodes"]) == 3
     for i, line in enumerate(lines):

@@ -6,23 +6,12 @@ the query dies between another batch's commit and accept and restarts from its c
 Every job is in the output exactly once; the executors sit on both member nodes
 (``colocate_with``), and every job was read by a task on its member's node. Runs
 tests/spark_stream_run.py in a process of its own (its own Ray), about 90 s."""
-import json
-import os
-import subprocess
-import sys
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.script_run import run_json
 JOBS = 10_000
 
 
 def test_every_job_once_across_a_task_failure_a_member_kill_and_a_query_restart(tmp_path):
-    out = tmp_path / "run.json"
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    run = subprocess.run([sys.executable, "-m", "tests.spark_stream_run", "--jobs", str(JOBS),
-                          "--json", str(out)], cwd=REPO, env=env, capture_output=True,
-                         text=True, timeout=900)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
-    r = json.loads(out.read_text())
+    r = run_json("tests.spark_stream_run", tmp_path, "--jobs", str(JOBS), timeout=900)
     print({k: v for k, v in r.items() if k != "results"})
     # exactly once
     assert r["published"] == JOBS
