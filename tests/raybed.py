@@ -211,15 +211,25 @@ class RayHosts:
                 pass
         return out
 
-    def kill_host(self, k: int) -> int:
-        """SIGKILL every process of host k (a machine losing power); returns how many."""
-        pids = self.pids(k)
-        for pid in pids:
-            try:
-                os.kill(pid, 9)
-            except ProcessLookupError:
-                pass
-        return len(pids)
+    def kill_host(self, k: int, timeout: float = 30.0) -> int:
+        """SIGKILL every process of host k (a machine losing power), again until none is
+        left (one forked meanwhile, or not yet gone: its sockets, sshd's port among them,
+        would keep the host's next sshd from binding); returns how many."""
+        killed: set = set()
+        deadline = time.monotonic() + timeout
+        while True:
+            pids = self.pids(k)
+            if not pids:
+                return len(killed)
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"host {k}: processes {pids} outlive SIGKILL")
+            for pid in pids:
+                try:
+                    os.kill(pid, 9)
+                except ProcessLookupError:
+                    pass
+            killed.update(pids)
+            time.sleep(0.05)
 
     # -- ray up / ray down ------------------------------------------------------------------
     def cluster_config(self, head: int, workers: Sequence[int]) -> str:
