@@ -27,7 +27,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from raygroups.stack.workqueue import AcquireTimeout
+from raygroups.stack.workqueue import AcquireTimeout, QueueNotPrimary, QueueOutcomeUnknown
 
 ID_COL = "id"
 
@@ -74,7 +74,12 @@ class QueueBatch:
     handle: Any
     settled: Optional[str] = None
     unsettled: int = 0
-    """Deliveries whose settling failed (their member died: they are redelivered)."""
+    """Deliveries whose settling failed: their member died, or no longer holds them (they
+    are redelivered), or it refused for now (``pending``)."""
+    pending: list = field(default_factory=list)
+    """Deliveries whose settling a live member refused for now (QueueNotPrimary: a view
+    change; QueueOutcomeUnknown): it still holds them, leased to this process, so they are
+    not redelivered while it lives; ``retry()`` settles them again."""
     errors: list = field(default_factory=list)
 
     @property
@@ -88,19 +93,35 @@ class QueueBatch:
         if self.settled is not None:
             raise RuntimeError(f"this batch was already settled ({self.settled})")
         self.settled = op
+        return self._settle_each(self.deliveries)
+
+    def _settle_each(self, deliveries: list) -> int:
         by_member: dict = {}
-        for d in self.deliveries:
+        for d in deliveries:
             by_member.setdefault(d.member, []).append(d)
         done = 0
         for member, ds in sorted(by_member.items()):
             try:
-                self.handle.settle_many(op, ds)
+                self.handle.settle_many(self.settled, ds)
                 done += len(ds)
-            except Exception as e:  # the member is gone: the queue requeues what it held
+            except (QueueNotPrimary, QueueOutcomeUnknown) as e:
+                self.pending += ds  # still held by a live member: settle again later
+                self._error(member, e)
+            except Exception as e:  # the member is gone, or holds them no more (a second
+                # try of an applied accept: NotAcquired): requeued, or settled already
                 self.unsettled += len(ds)
-                if len(self.errors) < 10:
-                    self.errors.append(f"{member}: {type(e).__name__}: {e}")
+                self._error(member, e)
         return done
+
+    def _error(self, member: str, e: Exception) -> None:
+        if len(self.errors) < 10:
+            self.errors.append(f"{member}: {type(e).__name__}: {e}")
+
+    def retry(self) -> int:
+        """Settle the ``pending`` deliveries again, as they were to be settled; how many
+        were. Those a member still refuses stay pending."""
+        ds, self.pending = self.pending, []
+        return self._settle_each(ds)
 
     def commit(self) -> int:
         """Accept every message (after the output is committed); the number accepted."""
@@ -212,7 +233,13 @@ class BatchResult:
     redelivered: int = 0
     accepted: int = 0
     unsettled: int = 0
+    pending: int = 0
+    """This batch's deliveries a live member refused to settle for now: settled again at
+    the start of later batches (``QueueSource.run_batch``)."""
+    retried: int = 0
+    """Deliveries of earlier batches settled at the start of this one."""
     released: int = 0
+    errors: list = field(default_factory=list)
     view: Optional[str] = None
     error: Optional[str] = None
 
@@ -227,6 +254,7 @@ class QueueSource:
         self.config = config or QueueSourceConfig()
         self.handle = _group(group).queue(queue, alternate=self.config.alternate,
                                           member=self.config.member)
+        self.pending: list = []  # earlier batches with deliveries to settle again
 
     def next_batch(self, max_messages: Optional[int] = None) -> QueueBatch:
         return acquire_batch(self.spark, self.handle, self.config, max_messages)
@@ -237,8 +265,9 @@ class QueueSource:
         column), commit to the sink, accept. On an exception before the sink's commit, the
         batch is released and the exception re-raised. ``before_commit(batch)``: a hook
         (tests and the demo kill a member there)."""
+        retried = self._retry()
         batch = self.next_batch(max_messages)
-        res = BatchResult(size=len(batch),
+        res = BatchResult(size=len(batch), retried=retried,
                           redelivered=sum(1 for d in batch.deliveries if d.redelivered))
         if not batch.deliveries:
             return res
@@ -252,5 +281,15 @@ class QueueSource:
             raise
         res.written, res.duplicates = got["written"], got["duplicates"]
         res.accepted = batch.commit()
-        res.unsettled = batch.unsettled
+        res.unsettled, res.pending, res.errors = batch.unsettled, len(batch.pending), batch.errors
+        if batch.pending:
+            self.pending.append(batch)
         return res
+
+    def _retry(self) -> int:
+        """Settle again what earlier batches left pending (an accept refused during a view
+        change: the output is committed, and the member would hold the messages, leased to
+        this process, for as long as it lives); how many were settled."""
+        done = sum(b.retry() for b in self.pending)
+        self.pending = [b for b in self.pending if b.pending]
+        return done

@@ -118,7 +118,8 @@ def main(argv=None) -> int:
                 seq += a.per_batch
             res = source.run_batch(lambda df: df.select("id", "body"))
             rec("pipe_batch", "ok", size=res.size, written=res.written,
-                duplicates=res.duplicates, accepted=res.accepted, unsettled=res.unsettled)
+                duplicates=res.duplicates, accepted=res.accepted, unsettled=res.unsettled,
+                pending=res.pending, retried=res.retried, errors=res.errors[:3])
             empty = empty + 1 if stopped >= 0 and res.size == 0 and q.depth() == 0 else 0
             failures = 0
         except Exception as e:  # the member or the group failed: try again
