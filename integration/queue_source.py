@@ -78,8 +78,9 @@ class QueueBatch:
     are redelivered), or it refused for now (``pending``)."""
     pending: list = field(default_factory=list)
     """Deliveries whose settling a live member refused for now (QueueNotPrimary: a view
-    change; QueueOutcomeUnknown): it still holds them, leased to this process, so they are
-    not redelivered while it lives; ``retry()`` settles them again."""
+    change; QueueOutcomeUnknown; a call that timed out): it still holds them, leased to this
+    process, so they are not redelivered while it lives; ``retry()`` settles them again (an
+    accept that took effect meanwhile answers NotAcquired, and is done)."""
     errors: list = field(default_factory=list)
 
     @property
@@ -104,7 +105,7 @@ class QueueBatch:
             try:
                 self.handle.settle_many(self.settled, ds)
                 done += len(ds)
-            except (QueueNotPrimary, QueueOutcomeUnknown) as e:
+            except (QueueNotPrimary, QueueOutcomeUnknown, TimeoutError) as e:
                 self.pending += ds  # still held by a live member: settle again later
                 self._error(member, e)
             except Exception as e:  # the member is gone, or holds them no more (a second

@@ -29,12 +29,14 @@ def deliveries(member: str, *seqs) -> list:
 
 
 def test_an_accept_refused_for_now_is_pending_and_settled_by_retry():
-    h = Handle({"a": [QueueNotPrimary("view change"), QueueOutcomeUnknown("?"), None],
+    h = Handle({"a": [QueueNotPrimary("view change"), QueueOutcomeUnknown("?"),
+                      TimeoutError("busy"), None],
                 "b": [None]})
     b = QueueBatch(deliveries("a", 1, 2) + deliveries("b", 3), None, h)
     assert b.commit() == 1 and b.unsettled == 0
     assert [d.id for d in b.pending] == [("p", 1), ("p", 2)]
     assert b.retry() == 0 and len(b.pending) == 2   # refused again (unknown): still pending
+    assert b.retry() == 0 and len(b.pending) == 2   # the call timed out: still pending
     assert b.retry() == 2 and b.pending == []
     assert h.settled == [("accept", ("p", 3)), ("accept", ("p", 1)), ("accept", ("p", 2))]
 
