@@ -17,7 +17,10 @@ consumers), turned into a DataFrame (``id`` "publisher:seq", ``publisher``, ``se
 holds, then commits the batch atomically (written to a hidden directory, renamed into place).
 Only then are the messages accepted. A failure before the commit releases them; a crash of the
 member that holds them requeues them; an accept that fails after the commit (the member died
-in between) means they come again, and the sink drops them: every job once in the output.
+in between) means they come again, and the sink drops them: every job once in the output. An
+accept that a live member refuses for now (a view change) is made again before the next
+batch (``QueueBatch.pending``): the member would otherwise hold those jobs, leased to this
+process, for as long as it runs.
 """
 from __future__ import annotations
 
