@@ -30,9 +30,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from raygroups.stack.workqueue import AcquireTimeout, QueueNotPrimary, QueueOutcomeUnknown
+from raygroups.stack.workqueue import AcquireTimeout, NoSuchQueue, NotAcquired, StaleEpoch
 
 ID_COL = "id"
+HELD_NO_MORE = (NotAcquired, StaleEpoch, NoSuchQueue)
+"""A member's answers that it does not hold a delivery (any more): nothing to settle again."""
 
 
 @dataclass
@@ -77,13 +79,14 @@ class QueueBatch:
     handle: Any
     settled: Optional[str] = None
     unsettled: int = 0
-    """Deliveries whose settling failed: their member died, or no longer holds them (they
-    are redelivered), or it refused for now (``pending``)."""
+    """Deliveries whose settling failed for good: their member no longer holds them (they
+    were requeued and come again, or an earlier try settled them), or left the group."""
     pending: list = field(default_factory=list)
-    """Deliveries whose settling a live member refused for now (QueueNotPrimary: a view
-    change; QueueOutcomeUnknown; a call that timed out): it still holds them, leased to this
-    process, so they are not redelivered while it lives; ``retry()`` settles them again (an
-    accept that took effect meanwhile answers NotAcquired, and is done)."""
+    """Deliveries whose settling failed other than by their member's "not held" answer
+    (QueueNotPrimary in a view change, QueueOutcomeUnknown, a call that timed out or did not
+    reach the member across a partition): the member may still hold them, leased to this
+    process, and then they are not redelivered while it lives; ``retry()`` settles them
+    again (an accept that took effect meanwhile answers NotAcquired, and is done)."""
     errors: list = field(default_factory=list)
 
     @property
@@ -108,13 +111,12 @@ class QueueBatch:
             try:
                 self.handle.settle_many(self.settled, ds)
                 done += len(ds)
-            except (QueueNotPrimary, QueueOutcomeUnknown, TimeoutError) as e:
-                self.pending += ds  # still held by a live member: settle again later
+            except HELD_NO_MORE as e:  # requeued, or settled already (a second try of an
+                self.unsettled += len(ds)  # applied accept): nothing left to settle
                 self._error(member, e)
-            except Exception as e:  # the member is gone, or holds them no more (a second
-                # try of an applied accept: NotAcquired): requeued, or settled already
-                self.unsettled += len(ds)
-                self._error(member, e)
+            except Exception as e:  # noqa: BLE001 - refused for now (a view change), or the
+                self.pending += ds  # call did not get through: settle again while the member
+                self._error(member, e)  # is in the group (it may still hold them)
         return done
 
     def _error(self, member: str, e: Exception) -> None:
@@ -123,9 +125,15 @@ class QueueBatch:
 
     def retry(self) -> int:
         """Settle the ``pending`` deliveries again, as they were to be settled; how many
-        were. Those a member still refuses stay pending."""
+        were. Those of a member no longer in the group are dropped (its acquisitions were
+        requeued: they come again); those a member still refuses stay pending."""
         ds, self.pending = self.pending, []
-        return self._settle_each(ds)
+        if not ds:
+            return 0
+        members = set(self.handle.group.member_names())
+        gone = [d for d in ds if d.member not in members]
+        self.unsettled += len(gone)
+        return self._settle_each([d for d in ds if d.member in members])
 
     def commit(self) -> int:
         """Accept every message (after the output is committed); the number accepted."""
