@@ -262,7 +262,7 @@ class WorkQueueHandle:
 
     def settle_keys(self, op: str, keys: list) -> dict:
         """accept/release/reject everything held under ``keys`` at this handle's member:
-        {"settled": n, "failed": n}."""
+        {"settled": n, "failed": n, "held": n still held there under them afterwards}."""
         return self.group._call("queue_settle_keys", self.name, op, list(keys),
                                 member=self.member)
 
@@ -494,11 +494,14 @@ class QueueHost:
         return self._columns(name, got)
 
     async def settle_keys(self, name: str, op: str, keys: list) -> dict:
-        """Settle everything held under ``keys``: {"settled": n, "failed": n}."""
+        """Settle everything held under ``keys``: {"settled": n, "failed": n, "held": n},
+        ``held`` the deliveries still held here under them afterwards (those this member
+        refused for now, such as in a view change: settle them again)."""
         tokens = [t for k in keys for t in self.keyed.get((name, k), ())]
         errs = await self.settle(name, op, tokens)
         failed = sum(e is not None for e in errs)
-        return {"settled": len(errs) - failed, "failed": failed}
+        held = sum(len(self.keyed.get((name, k), ())) for k in keys)
+        return {"settled": len(errs) - failed, "failed": failed, "held": held}
 
     async def settle(self, name: str, op: str, tokens: list) -> list:
         """[None or the error] per token. The deliveries held here are settled in one

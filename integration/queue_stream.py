@@ -210,6 +210,8 @@ class QueueStream:
                   .option("rowsPerBatch", config.partitions)
                   .option("numPartitions", config.partitions).load())
         self.df = ticker.mapInArrow(_reader(self.spec), _schema())
+        self._owed: dict = {}  # (member, op) -> keys to settle again (settle_owed)
+        self._owed_lock = threading.Lock()
         self._stop = threading.Event()
         self._renewer = threading.Thread(target=self._renew, daemon=True,
                                          name=f"raygroups-stream-{name}")
@@ -233,11 +235,60 @@ class QueueStream:
                     self.handle.on(m).renew(self.spec.client)
                 except Exception as e:  # noqa: BLE001 - gone: what it held is requeued
                     log.debug("stream %s: lease renewal at %s failed: %s", self.name, m, e)
+            try:
+                self.settle_owed()
+            except Exception as e:  # noqa: BLE001 - the group is gone for now
+                log.debug("stream %s: settling owed keys failed: %s", self.name, e)
 
     def rebound(self, batch: int) -> bool:
         """Whether a partition of ``batch`` moved to another member (see stream_ledger)."""
         import ray
         return ray.get(self.ledger.batch.remote(batch))[1]
+
+    def _settle_keys(self, member: str, op: str, keys: list) -> dict:
+        """``settle_keys`` at ``member``; keys it still holds something under afterwards (it
+        refused for now: a view change), or whose call failed (a partition, a timeout, or
+        the member died), are owed: settled again by ``settle_owed`` while the member is in
+        the group. Otherwise the member would hold those jobs, leased to this stream, for
+        as long as the stream lives."""
+        try:
+            got = self.handle.on(member).settle_keys(op, keys)
+        except Exception:
+            self._owe(member, op, keys)
+            raise
+        if got.get("held"):
+            self._owe(member, op, keys)
+        return got
+
+    def _owe(self, member: str, op: str, keys: list) -> None:
+        with self._owed_lock:
+            self._owed.setdefault((member, op), set()).update(keys)
+
+    def owed(self) -> int:
+        """Keys whose settling a member refused for now, to be settled again."""
+        with self._owed_lock:
+            return sum(len(ks) for ks in self._owed.values())
+
+    def settle_owed(self) -> int:
+        """Settle the owed keys again (before each batch's settle, and at each lease
+        renewal); how many jobs were settled. Keys of a member no longer in the group are
+        dropped (its acquisitions were requeued), and so are those it holds nothing under
+        any more (an earlier try took effect); the rest stay owed."""
+        with self._owed_lock:
+            owed, self._owed = self._owed, {}
+        if not owed:
+            return 0
+        members, done = set(self.group.member_names()), 0
+        for (member, op), keys in sorted(owed.items()):
+            if member not in members:
+                log.info("stream %s: %s left the group; %d keys to %s dropped (requeued)",
+                         self.name, member, len(keys), op)
+                continue
+            try:
+                done += self._settle_keys(member, op, sorted(keys))["settled"]
+            except Exception as e:  # noqa: BLE001 - owed again: the next try
+                log.warning("stream %s: %s again at %s failed: %s", self.name, op, member, e)
+        return done
 
     def _settle_at(self, member: str, op: str, mine: list, orphans: list) -> dict:
         """Settle a batch's keys bound at ``member`` (and release the orphans a moved key
@@ -245,16 +296,17 @@ class QueueStream:
         got = {"settled": 0, "failed": 0, "gone": False}
         try:
             if mine:
-                got.update(self.handle.on(member).settle_keys(op, mine))
+                got.update(self._settle_keys(member, op, mine))
             if orphans:
-                self.handle.on(member).settle_keys("release", orphans)
-        except Exception as e:  # noqa: BLE001 - the member is gone: its jobs requeue
-            got["gone"] = bool(mine)
+                self._settle_keys(member, "release", orphans)
+        except Exception as e:  # noqa: BLE001 - owed (settled again while the member is in
+            got["gone"] = bool(mine)  # the group; its jobs requeue if it left)
             log.warning("stream %s: %s at %s failed: %s", self.name, op, member, e)
         return got
 
     def _settle(self, batch: int, op: str) -> dict:
         import ray
+        self.settle_owed()
         bound, rebound = ray.get(self.ledger.batch.remote(batch))
         every = batch_keys(self.name, batch, self.config.partitions)
         by_member: dict = {}
@@ -275,7 +327,8 @@ class QueueStream:
     def accept(self, batch: int) -> dict:
         """Accept everything micro-batch ``batch`` read (after its output is committed):
         {"settled": jobs, "failed": jobs a member refused, "failed_members": members that
-        failed (died: their jobs were not accepted and come again, flagged redelivered)}."""
+        failed (died: their jobs were not accepted and come again, flagged redelivered)}.
+        Jobs a live member refused for now are owed: accepted again later (``settle_owed``)."""
         return self._settle(batch, "accept")
 
     def release(self, batch: int) -> dict:

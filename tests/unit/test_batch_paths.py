@@ -230,3 +230,21 @@ def test_a_subscription_counts_other_readers_and_ends_when_its_member_restarts()
             got.append([d.payload for d in b])
     assert got == [[b"1", b"2"], [b"6"]]  # the empty poll is not yielded
     assert sub.received == 3 and sub.taken_by_others == 3 and not answers
+
+
+def test_settle_keys_tells_what_it_still_holds_under_the_keys():
+    """A key's deliveries a member refused for now stay held under it, and the answer says
+    how many (the stream settles them again); stale ones are forgotten."""
+    tokens = [(1, 1), (1, 2), (1, 3)]
+    q = Queue({(1, 2): StaleEpoch("requeued"), (1, 3): QueueNotPrimary("view change")})
+    h = host_holding(tokens, q)
+    h.keyed[("jobs", "st/1/0")] = dict.fromkeys(tokens)
+    for t in tokens:
+        h.key_of[("jobs", t)] = "st/1/0"
+    got = asyncio.run(h.settle_keys("jobs", "accept", ["st/1/0", "st/9/9"]))
+    assert got == {"settled": 1, "failed": 2, "held": 1}
+    assert h.keyed == {("jobs", "st/1/0"): {(1, 3): None}}
+    q.outcome.clear()
+    assert asyncio.run(h.settle_keys("jobs", "accept", ["st/1/0"])) == \
+        {"settled": 1, "failed": 0, "held": 0}
+    assert h.keyed == {} and q.settled == [(1, 1), (1, 3)]
