@@ -12,14 +12,19 @@ import os
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
-def start(nodes: int, num_cpus: int):
+def start(nodes: int, num_cpus: int, addresses: tuple = ("127.0.0.1",), cpus: tuple = ()):
+    """``nodes`` raylets, node ``i`` at ``addresses[i]`` (the last one repeats) with
+    ``cpus[i]`` CPUs (default ``num_cpus``); this driver on the first."""
     import ray
     from ray.cluster_utils import Cluster
-    node = dict(num_cpus=num_cpus, node_ip_address="127.0.0.1")
-    c = Cluster(initialize_head=True, head_node_args=dict(include_dashboard=False, **node))
-    for _ in range(nodes - 1):
-        c.add_node(**node)
-    ray.init(address=c.address, _node_ip_address="127.0.0.1", log_to_driver=False,
+
+    def node(i: int) -> dict:
+        return dict(num_cpus=cpus[i] if i < len(cpus) else num_cpus,
+                    node_ip_address=addresses[min(i, len(addresses) - 1)])
+    c = Cluster(initialize_head=True, head_node_args=dict(include_dashboard=False, **node(0)))
+    for i in range(1, nodes):
+        c.add_node(**node(i))
+    ray.init(address=c.address, _node_ip_address=addresses[0], log_to_driver=False,
              configure_logging=False, logging_level="WARNING")
     c.wait_for_nodes()
     return c

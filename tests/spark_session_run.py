@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
-os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+from . import local_cluster
 
 
 def main(argv=None) -> int:
@@ -24,16 +23,10 @@ def main(argv=None) -> int:
     ap.add_argument("--json", required=True)
     a = ap.parse_args(argv)
     import ray
-    from ray.cluster_utils import Cluster
 
     from raygroups.integration.spark_session import start_spark, stop_spark
-    c = Cluster(initialize_head=True, head_node_args=dict(
-        include_dashboard=False, num_cpus=0, node_ip_address="127.0.0.1"))
-    c.add_node(num_cpus=2, node_ip_address="127.0.0.2")
+    c = local_cluster.start(2, 2, addresses=("127.0.0.1", "127.0.0.2"), cpus=(0, 2))
     try:
-        ray.init(address=c.address, _node_ip_address="127.0.0.1", log_to_driver=False,
-                 configure_logging=False, logging_level="WARNING")
-        c.wait_for_nodes()
         me = ray.get_runtime_context().get_node_id()
         nodes = {n["NodeID"]: n for n in ray.nodes()}
         spark = start_spark("raygroups-session", executors=1, memory="512M")
@@ -49,8 +42,7 @@ def main(argv=None) -> int:
         with open(a.json, "w") as f:
             json.dump(out, f)
     finally:
-        ray.shutdown()
-        c.shutdown()
+        local_cluster.stop(c)
     return 0
 
 
