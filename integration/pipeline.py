@@ -134,8 +134,9 @@ def run_pipeline(spark: Any, group: Any, config: Optional[PipelineConfig] = None
             say(f"  batch {len(summary['batches']) - 1}: {res.size} jobs on view {res.view} "
                 f"{list(planned[-1].members)}: {res.redelivered} redelivered, {res.written} "
                 f"written, {res.duplicates} duplicates dropped, {res.accepted} accepted"
-                + (f", {res.unsettled + res.pending} not accepted (their member died: "
-                   f"requeued once the group drops it)" if res.unsettled + res.pending else ""))
+                + (f", {res.unsettled + res.pending} not accepted ({res.pending} to accept "
+                   f"again while their member is in the group, {res.unsettled} no longer "
+                   f"held: requeued)" if res.unsettled + res.pending else ""))
 
         out = sink.read().select("id", "owner").collect()
         got = [r.id for r in out]
