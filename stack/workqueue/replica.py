@@ -533,7 +533,7 @@ class Replica:
             self._check_durable()
         if s.touched:
             touched, s.touched = s.touched, set()
-            for name in touched:
+            for name in sorted(touched):  # one order everywhere (a set of str: hash seeds)
                 if name in self.local_queues:
                     self._pump(name)
         if self.gated:
