@@ -11,11 +11,13 @@ replicas end identical."""
 import pytest
 
 from raygroups.stack.sim import Simulation, SimOptions
-from raygroups.stack.workqueue import NoSuchQueue, WorkQueueConfig
+from raygroups.stack.workqueue import NoSuchQueue, QueueUnsupported, WorkQueueConfig
+from raygroups.stack.workqueue.codec import ENQUEUE, PURGE
+from raygroups.stack.workqueue.state import MALFORMED, QueueState
 
 from .history import History
 from .queue_history import QueueHistory
-from .test_workqueue_sim import ALT, MAIN, Workload, faults, start
+from .test_workqueue_sim import ALT, MAIN, Workload, faults, one_view, start
 
 CAP, TMP = "capped", "scratch"
 WQ = WorkQueueConfig(time_slice_s=0.05, expire_interval_s=0.25, lifecycle_wait_s=2.0)
@@ -105,3 +107,62 @@ def test_work_queue_lifecycle_history(sim_seed):
     print(sim_seed, dict(h.calls), {q: {k: v for k, v in i.items() if k in (
         "enqueued", "purged", "expired", "overflowed", "dropped")}
         for q, i in drivers[0].queues().items()})
+
+
+class OlderState(QueueState):
+    """The state machine of a build before the lifecycle: a command it does not know, or an
+    ENQUEUE with a timestamp, is malformed and changes nothing."""
+
+    def _one(self, sender, c):
+        if c[1] >= PURGE or (c[1] == ENQUEUE and len(c) != 5):
+            return MALFORMED, None
+        return super()._one(sender, c)
+
+
+def _older(driver) -> None:
+    driver.replica.level = 1  # announces nothing
+    driver.replica.state.__class__ = OlderState
+
+
+@pytest.mark.seeds(5)
+def test_a_rolling_upgrade_gates_the_lifecycle(sim_seed):
+    """Two of five members run an older build: publish, acquire and accept work across
+    builds with identical replicas, while purge, delete and a queue with a TTL raise
+    QueueUnsupported (after ``lifecycle_wait_s``) and no member applies them; once the last
+    older member restarted on the new build, they work."""
+    sim = Simulation(sim_seed, SimOptions(loss=0.02, delay_s=(0.0005, 0.003)))
+    wq = WorkQueueConfig(time_slice_s=0.05, lifecycle_wait_s=1.0)
+    drivers = start(sim, wq=wq, prepare=lambda i, d: _older(d) if i >= 3 else None)
+
+    def call(make):
+        r = make()
+        sim.run_until(lambda: r.done, 10, "the call completed")
+        return r
+
+    def settled():
+        sim.run_until(lambda: one_view(drivers) and all(d.active for d in drivers), 30,
+                      "one primary view, everyone active")
+        sim.run_for(0.5)
+        assert len({d.replica.state.digest() for d in drivers}) == 1
+
+    assert call(lambda: drivers[0].create(MAIN)).error is None
+    for i, d in enumerate(drivers):
+        assert call(lambda: d.publish(MAIN, b"job-%d" % i)).error is None
+    got = call(lambda: drivers[4].acquire(MAIN, timeout_s=2))
+    assert call(lambda: drivers[4].settle("accept", got.result[0])).error is None
+    for upgraded in (None, drivers[3], drivers[4]):
+        if upgraded is not None:
+            upgraded.restart()  # the new build, a fresh incarnation: state transfer
+        settled()
+        old = any(type(d.replica.state) is OlderState for d in drivers)
+        reqs = [call(lambda: drivers[0].purge(MAIN)),
+                call(lambda: drivers[1].create("timed", ttl_s=5.0))]
+        if old:
+            assert all(isinstance(r.error, QueueUnsupported) for r in reqs), reqs
+            assert "timed" not in drivers[2].replica.state.queues
+        else:
+            assert all(r.error is None for r in reqs), reqs
+            assert reqs[0].result == 4
+        settled()
+    assert call(lambda: drivers[2].delete("timed")).error is None
+    settled()
