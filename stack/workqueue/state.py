@@ -490,8 +490,8 @@ class QueueState:
         already there) it is dropped, counted when ``dead_letter``. Its age on the
         alternate counts from the next EXPIRE."""
         alt = self.queues.get(q.alternate) if q.alternate else None
-        if alt is None or e.mid in alt.msgs:
-            if dead_letter:
+        if alt is None or e.mid in alt.msgs or (dead_letter and alt is q):
+            if dead_letter:  # (a queue that is its own alternate would never make room)
                 q.counters[8] += 1
                 if self.listener:
                     self.listener(("dropped", q.name, e.mid))

@@ -104,6 +104,17 @@ def test_dead_letter_oldest_by_bytes_and_without_an_alternate_drops_and_counts()
     assert seqs(s, "d") == [3, 4]
 
 
+def test_a_queue_that_is_its_own_alternate_drops_what_it_dead_letters():
+    s = lifecycle()
+    declare(s, "q", alternate="q", depth=2, overflow="dead_letter_oldest", ttl_s=1.0)
+    stamped(s, B, "q", 1, 0.0)
+    stamped(s, B, "q", 2, 0.0)
+    assert stamped(s, B, "q", 3, 0.0) == OK  # seq 1 goes, not round and round
+    assert seqs(s, "q") == [2, 3] and s.queues["q"].counters[8] == 1
+    run(s, A, [EXPIRE, 5.0])
+    assert seqs(s, "q") == [] and s.queues["q"].counters[8] == 3
+
+
 @pytest.mark.parametrize("overflow", ["reject_publish", "dead_letter_oldest"])
 def test_a_retried_publish_is_a_duplicate_before_it_meets_the_limits(overflow):
     s = lifecycle()
