@@ -193,7 +193,11 @@ class QueueState:
         """Called with every event (the Qpid design's names): ("enqueue", q, mid, publisher),
         ("acquire", q, mid, member, token), ("release", q, mid, member),
         ("dequeue", q, mid, member), ("reject", q, mid, member), ("rejected", alt, mid),
-        ("requeue", q, mid, member) (the member left), ("owner", q, member or None)."""
+        ("requeue", q, mid, member) (the member left), ("owner", q, member or None); the
+        lifecycle's ("purge", q, mid), ("delete", q, mid) then ("deleted", q),
+        ("expire", q, mid) and ("overflow", q, mid) (each then "rejected" to the alternate
+        or ("dropped", q, mid)); and ("epoch", epoch, from epoch, batches applied in it)
+        when a primary view's epoch begins from this state."""
         self.touched: set = set()
         """Queues whose messages or ownership changed since the replica last looked."""
         self.levels: dict = {}
@@ -227,6 +231,8 @@ class QueueState:
                 self._set_owner(q, new)
             elif q.owner is None and q.consumers:
                 self._set_owner(q, q.consumers[0])
+        if emit:
+            emit(("epoch", epoch, self.epoch, self.applied))
         self.epoch = epoch
         self.applied = 0
         self.members = list(members)

@@ -14,8 +14,10 @@ after the group healed and every queue was drained:
   queue: the alternate receives messages in the order they were rejected);
 - every replica ends with the same state.
 
-The lifecycle (``listen`` records what the replicas' state machines did; every replica
-applies the same commands, so any one's events are the history's): a message that was
+The lifecycle (``listen`` records what the replicas' state machines did, and where in the
+order: an event counts when its epoch and batch belong to the lineage of states the final
+one grew from, since a member cut off in a minority may have applied the tail of an epoch
+that the next primary view never took, and was then given the others' state): a message that was
 purged, on a deleted queue, or dropped (expired or overflowed with no alternate) is
 accounted for, not lost; one expired or overflowed to the alternate must be accepted (or
 removed) there. Still caught: a message accepted although it was purged, deleted or
@@ -43,6 +45,8 @@ class QueueHistory:
         self.reject_info: set = set()
         self.order: dict = defaultdict(list)    # (consumer, queue, publisher) -> [seq]
         self.calls = Counter()
+        self.events: list = []                  # (event, epoch, batches applied) of replicas
+        self.begins: dict = {}                  # epoch -> (the epoch, applied) it began from
         self.removed: dict = {}                 # mid -> (how, queue): purged, deleted, dropped
         self.moved: dict = {}                   # mid -> alternate it was dead-lettered to
         self.published_to: dict = {}            # mid -> (queue, time the publish was invoked)
@@ -101,14 +105,36 @@ class QueueHistory:
                 self.deleted.setdefault(queue, self.sim.now)
         return getattr(driver, op)(queue, callback=done)
 
-    def listen(self, _driver, ev: tuple) -> None:
+    def listen(self, driver, ev: tuple) -> None:
         """A replica's state machine event (``SimQueues(listener=...)``)."""
         kind = ev[0]
-        if kind in ("purge", "delete", "dropped"):
-            how = {"purge": "purged", "delete": "deleted"}.get(kind, "dropped")
-            self.removed.setdefault(ev[2], (how, ev[1]))
-        elif kind == "rejected":
-            self.moved[ev[2]] = ev[1]
+        if kind == "epoch":
+            self.begins.setdefault(ev[1], (ev[2], ev[3]))
+        elif kind in ("purge", "delete", "dropped", "rejected"):
+            st = driver.replica.state
+            self.events.append((ev, st.epoch, st.applied))
+
+    def _lineage(self, state) -> None:
+        """``removed`` and ``moved`` from the events within the final state's lineage."""
+        taken = {state.epoch: state.applied}  # epoch -> batches of it the lineage holds
+        epoch = state.epoch
+        while epoch in self.begins:
+            epoch, applied = self.begins[epoch]
+            if epoch == 0:
+                break
+            taken[epoch] = applied
+        for ev, epoch, applied in self.events:
+            if epoch not in taken:
+                self.fail(f"an event of epoch {epoch}, outside the lineage {sorted(taken)}")
+            if applied > taken[epoch]:
+                self.calls["events_not_taken"] += 1  # a minority's tail, replaced
+                continue
+            kind = ev[0]
+            if kind == "rejected":
+                self.moved[ev[2]] = ev[1]
+            else:
+                how = {"purge": "purged", "delete": "deleted"}.get(kind, "dropped")
+                self.removed.setdefault(ev[2], (how, ev[1]))
 
     def acquired(self, driver, req, consumer: str) -> list:
         """Record what an acquire handed out (call from its callback)."""
@@ -147,6 +173,7 @@ class QueueHistory:
         if len(digests) != 1:
             self.fail(f"replicas disagree: {sorted(digests)}")
         state = replicas[0].state
+        self._lineage(state)
         for q in state.queues.values():
             if q.msgs:
                 self.fail(f"{len(q.msgs)} messages left on {q.name} after the drain "
