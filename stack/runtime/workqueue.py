@@ -88,6 +88,14 @@ class WorkQueue:
         req = await self.service._call(lambda cb: self.service.replica.publish(self.name, body, cb))
         return (self.service.replica.uid, req.args[1])
 
+    async def republish(self, body: bytes, seq: int) -> tuple:
+        """Publish again this member's message ``seq`` (the second half of its id), as a
+        retry after QueueOutcomeUnknown: stored once, and not refused as full while it is
+        still on the queue."""
+        svc = self.service
+        await svc._call(lambda cb: svc.replica.republish(self.name, body, seq, cb))
+        return (svc.replica.uid, seq)
+
     async def publish_many(self, bodies: Iterable[bytes]) -> list:
         """Publish in batches (one multicast carries many); returns the ids. Raises the
         first error after every publish completed (the others took effect)."""
