@@ -182,9 +182,10 @@ def test_the_lifecycle_on_channels():
             assert await q[2].purge() == 2
             await held.accept()
             capped = await chans[1].queue("capped", max_depth=1)
-            await capped.publish(b"1")
+            first = await capped.publish(b"1")
             with pytest.raises(QueueFull):
                 await capped.publish(b"2")
+            assert await capped.republish(b"1", first[1]) == first  # stored once, not full
             oldest = await chans[2].queue("oldest", alternate="life.dead", max_depth=1,
                                           overflow="dead_letter_oldest")
             await oldest.publish_many([b"1", b"2"])
