@@ -916,9 +916,17 @@ class Group:
               **limits: Any):
         """The replicated work queue ``name`` (created with its ``alternate`` if new): a
         ``WorkQueueHandle`` (actors/queue.py). ``member``: use that member (its consumers);
-        None: the handle's current member."""
+        None: the handle's current member. ``limits``: max_depth, max_bytes, overflow
+        ("reject_publish" or "dead_letter_oldest"), ttl_s, lease_s."""
         from .queue import WorkQueueHandle
         return WorkQueueHandle(self, name, alternate, member, **limits)
+
+    def queues(self, member: Optional[str] = None) -> dict:
+        """The group's work queues: {name: {"depth", "available", "acquired", "bytes",
+        "max_depth", "max_bytes", "overflow", "ttl_s", "alternate", and the counters}}, as
+        ``member`` (default: the handle's current member) holds them; every member holds
+        the same once it applied the same commands."""
+        return self._call("queue_list", member=member)
 
     # -- the subscription -------------------------------------------------------------------
     def view_events(self, after=None, timeout: Optional[float] = None,

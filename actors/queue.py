@@ -8,7 +8,14 @@ d = q.acquire(timeout_s=5)           # a Delivery, held by this consumer only
 d.accept()                           # done: forgotten everywhere
 d.release()                          # back on the queue, deliverable on any member
 d.reject()                           # to the alternate queue, exactly once
+q.purge()                            # drop what is available (not held); how many
+q.delete()                           # the queue and what it holds, everywhere
 ```
+
+The lifecycle (RabbitMQ-like policies, each a replicated command): ``Group.queue(name,
+max_depth=, max_bytes=, overflow="reject_publish" | "dead_letter_oldest", ttl_s=)`` and
+``Group.queues()``. A lifecycle call raises QueueUnsupported while a member of an older build
+is in the view (a rolling upgrade).
 
 Every call has an async twin (``publish_async``, ``acquire_async``, ``accept_async``, ...).
 Batches go in one Ray call each (``publish_many``, ``acquire_many``, ``settle_many``): the
@@ -39,7 +46,7 @@ gets it (counted as ``lease_released`` in the member's queue info).
 
 Errors are the work queue's own, re-raised unwrapped: QueueNotPrimary (a minority),
 QueueOutcomeUnknown, QueueFull, NoSuchQueue, StaleEpoch, NotAcquired, AcquireTimeout,
-MessageTooLarge.
+QueueUnsupported, MessageTooLarge.
 """
 from __future__ import annotations
 
@@ -181,15 +188,24 @@ class WorkQueueHandle:
     def __init__(self, group: Any, name: str, alternate: Optional[str] = None,
                  member: Optional[str] = None, max_depth: Optional[int] = None,
                  max_bytes: Optional[int] = None, create: bool = True,
-                 lease_s: float = LEASE_S):
+                 lease_s: float = LEASE_S, overflow: Optional[str] = None,
+                 ttl_s: Optional[float] = None):
         """``lease_s``: how long a member keeps this process's acquisitions after its last
-        renewal (renewed automatically while the process lives)."""
+        renewal (renewed automatically while the process lives). ``max_depth``,
+        ``max_bytes``: the queue's limits (messages, body bytes; default the members'
+        WorkQueueConfig); ``overflow``: what a publish beyond them does, "reject_publish"
+        (default: QueueFull) or "dead_letter_oldest" (the oldest available messages go to
+        the alternate, or are dropped without one, so that it fits); ``ttl_s``: messages
+        older than this (from their publish) go to the alternate, or are dropped. The
+        first creation's settings win."""
         self.group, self.name, self.alternate, self.member = group, name, alternate, member
         self.lease_s = lease_s
         self._limits = (max_depth, max_bytes)
         if create:
+            policy = {k: v for k, v in (("overflow", overflow), ("ttl_s", ttl_s))
+                      if v is not None}  # only when set: a member of an older build
             self.group._call("queue_declare", name, alternate, max_depth, max_bytes,
-                             member=member)
+                             member=member, **policy)
 
     def __repr__(self) -> str:
         return f"WorkQueueHandle({self.group.cluster!r}, {self.name!r}, member={self.member})"
@@ -320,9 +336,35 @@ class WorkQueueHandle:
         if first is not None:
             raise first
 
+    # -- the lifecycle ----------------------------------------------------------------------
+    def purge(self) -> int:
+        """Drop every available (not acquired) message of the queue, on every member; how
+        many went. What consumers hold stays theirs."""
+        return self.group._call("queue_purge", self.name, member=self.member,
+                                unsure=QueueOutcomeUnknown)
+
+    def delete(self) -> int:
+        """Delete the queue on every member, with everything on it; how many messages went.
+        Later calls on it raise NoSuchQueue; deliveries held from it can no longer be
+        settled (NoSuchQueue). Declaring it again makes a new, empty queue. Neither is sent
+        again through another member when its member vanished with it in flight
+        (QueueOutcomeUnknown)."""
+        return self.group._call("queue_delete", self.name, member=self.member,
+                                unsure=QueueOutcomeUnknown)
+
+    async def purge_async(self) -> int:
+        return await self.group._acall("queue_purge", self.name, member=self.member,
+                                       unsure=QueueOutcomeUnknown)
+
+    async def delete_async(self) -> int:
+        return await self.group._acall("queue_delete", self.name, member=self.member,
+                                       unsure=QueueOutcomeUnknown)
+
     # -- reading --------------------------------------------------------------------------
     def info(self) -> dict:
-        """depth, available, acquired, bytes, owner, counters, as the member sees them."""
+        """depth, available, acquired, bytes, limits, overflow, ttl_s, owner, counters
+        (enqueued, dequeued, rejected, requeued, purged, expired, overflowed, dropped), as
+        the member sees them."""
         return self.group._call("queue_info", self.name, member=self.member)
 
     def depth(self) -> int:
@@ -368,16 +410,33 @@ class QueueHost:
             raise QueueNotPrimary(f"{self.member_name} has no channel")
         return self.service
 
-    async def declare(self, name: str, alternate: Optional[str] = None,
-                      max_depth: Optional[int] = None, max_bytes: Optional[int] = None) -> dict:
+    async def _active(self):
+        """The service once it serves calls; QueueNotPrimary after 30 s without."""
         from raygroups.stack.workqueue import QueueNotPrimary
         try:
             await self._svc().wait_active(30.0)
         except asyncio.TimeoutError:
             raise QueueNotPrimary(f"{self.member_name}: the work queues are not active "
                                   f"(not in a primary component)") from None
-        q = await self._svc().queue(name, alternate, max_depth, max_bytes)
+        return self._svc()
+
+    async def declare(self, name: str, alternate: Optional[str] = None,
+                      max_depth: Optional[int] = None, max_bytes: Optional[int] = None,
+                      overflow: Optional[str] = None, ttl_s: Optional[float] = None) -> dict:
+        q = await (await self._active()).queue(name, alternate, max_depth, max_bytes,
+                                               overflow, ttl_s)
         return q.info()
+
+    async def lifecycle(self, op: str, name: str) -> int:
+        """purge or delete ``name``: how many messages went."""
+        from raygroups.stack.runtime.workqueue import WorkQueue
+        return await getattr(WorkQueue(await self._active(), name, None), op)()
+
+    def queues(self) -> dict:
+        """{name: figures and limits} of every queue, as this member holds them."""
+        if self.service is None or self.service.replica is None:
+            return {}
+        return self.service.queues()
 
     async def publish(self, name: str, bodies: list) -> tuple:
         """(publisher UUID hex, [sequence numbers]): the ids of ``bodies``, in order."""
@@ -518,7 +577,7 @@ class QueueHost:
         the retry's QueueNotPrimary says only that the retry took no effect, and the client
         must not read it as "not accepted" (the campaign across hosts found a job accepted
         by the batch on the primary side and reported to its client as not accepted)."""
-        from raygroups.stack.workqueue import NotAcquired, StaleEpoch
+        from raygroups.stack.workqueue import NoSuchQueue, NotAcquired, StaleEpoch
         self._svc()  # QueueNotPrimary without a channel
         out: list = []
         todo: dict = {}  # token -> (index in out, runtime Delivery)
@@ -546,8 +605,8 @@ class QueueHost:
                     pass  # the batch settled it
                 except Exception as e:  # noqa: BLE001 - handed to the client
                     out[i] = unknown or e
-                    if not isinstance(e, StaleEpoch):
-                        return  # still ours: it may be settled again
+                    if not isinstance(e, (StaleEpoch, NoSuchQueue)):
+                        return  # still ours: it may be settled again (not: deleted)
                 self._forget(name, t)
             await asyncio.gather(*[one(t, i, d) for t, (i, d) in todo.items()])
             return out
@@ -587,8 +646,19 @@ class QueueMethods:
 
     async def queue_declare(self, name: str, alternate: Optional[str] = None,
                             max_depth: Optional[int] = None,
-                            max_bytes: Optional[int] = None) -> dict:
-        return await self.queue_host.declare(name, alternate, max_depth, max_bytes)
+                            max_bytes: Optional[int] = None, overflow: Optional[str] = None,
+                            ttl_s: Optional[float] = None) -> dict:
+        return await self.queue_host.declare(name, alternate, max_depth, max_bytes, overflow,
+                                             ttl_s)
+
+    async def queue_purge(self, name: str) -> int:
+        return await self.queue_host.lifecycle("purge", name)
+
+    async def queue_delete(self, name: str) -> int:
+        return await self.queue_host.lifecycle("delete", name)
+
+    def queue_list(self) -> dict:
+        return self.queue_host.queues()
 
     async def queue_publish(self, name: str, bodies: list) -> list:
         return await self.queue_host.publish(name, bodies)

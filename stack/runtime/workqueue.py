@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import time
 from typing import Any, Iterable, Optional
 
 from ..errors import GroupClosed, NotPrimary, RaygroupsError
@@ -87,6 +88,14 @@ class WorkQueue:
         req = await self.service._call(lambda cb: self.service.replica.publish(self.name, body, cb))
         return (self.service.replica.uid, req.args[1])
 
+    async def republish(self, body: bytes, seq: int) -> tuple:
+        """Publish again this member's message ``seq`` (the second half of its id), as a
+        retry after QueueOutcomeUnknown: stored once, and not refused as full while it is
+        still on the queue."""
+        svc = self.service
+        await svc._call(lambda cb: svc.replica.republish(self.name, body, seq, cb))
+        return (svc.replica.uid, seq)
+
     async def publish_many(self, bodies: Iterable[bytes]) -> list:
         """Publish in batches (one multicast carries many); returns the ids. Raises the
         first error after every publish completed (the others took effect)."""
@@ -146,6 +155,17 @@ class WorkQueue:
         r = svc._replica()
         await svc._many([lambda cb, d=d: r.settle(op, d.acquired, cb) for d in deliveries])
 
+    async def purge(self) -> int:
+        """Drop every available (not acquired) message of the queue, everywhere; how many.
+        Raises QueueUnsupported while an older build is in the view."""
+        return (await self.service._call(lambda cb: self.service.replica.purge(self.name, cb))).result
+
+    async def delete(self) -> int:
+        """Delete the queue everywhere, with what it holds; how many messages went. Later
+        calls on it raise NoSuchQueue; deliveries held from it can no longer be settled."""
+        return (await self.service._call(
+            lambda cb: self.service.replica.delete(self.name, cb))).result
+
     def depth(self) -> int:
         """Messages on the queue (available and acquired), as this member knows it."""
         return self.service._replica().depth(self.name)
@@ -182,7 +202,8 @@ class WorkQueues:
             if self.channel.stack is None:
                 raise GroupClosed("connect() the channel first")
             loop = asyncio.get_running_loop()
-            self.replica = Replica(self.channel.stack.local, self.config, clock=loop.time)
+            self.replica = Replica(self.channel.stack.local, self.config, clock=loop.time,
+                                   wall=time.time)
             self._wake = asyncio.Event()
             self._sender = loop.create_task(self._send_loop())
             self._ticker = loop.create_task(self._tick_loop())
@@ -303,11 +324,18 @@ class WorkQueues:
         return await fut
 
     async def queue(self, name: str, alternate: Optional[str] = None,
-                    max_depth: Optional[int] = None, max_bytes: Optional[int] = None) -> WorkQueue:
+                    max_depth: Optional[int] = None, max_bytes: Optional[int] = None,
+                    overflow: Optional[str] = None, ttl_s: Optional[float] = None) -> WorkQueue:
         """Create the queue (and its alternate) if it does not exist yet, replicated; the
-        first creation's limits win. Returns this member's handle on it."""
-        await self._call(lambda cb: self.replica.create(name, alternate, max_depth, max_bytes, cb))
+        first creation's limits win. ``overflow``: "reject_publish" (default, QueueFull) or
+        "dead_letter_oldest"; ``ttl_s``: a message TTL. Returns this member's handle on it."""
+        await self._call(lambda cb: self.replica.create(name, alternate, max_depth, max_bytes,
+                                                        cb, overflow, ttl_s))
         return WorkQueue(self, name, alternate)
+
+    def queues(self) -> dict:
+        """{name: figures and limits} of every queue of the group, as this member holds them."""
+        return self._replica().queues()
 
     async def wait_active(self, timeout: float = 30.0) -> None:
         """Until this member serves calls (in a primary component, state reconciled)."""

@@ -3,7 +3,8 @@ totally
 ordered, virtually synchronous delivery, so every member holds the same queues.
 
 - ``state.QueueState``: the replicated state and its commands (create, enqueue, acquire,
-  release, dequeue/accept, reject -> rejected, consume/cancel/owner_release, member-left)
+  release, dequeue/accept, reject -> rejected, consume/cancel/owner_release, member-left,
+  and the lifecycle: purge, delete, declare (overflow policy, TTL), expire)
 - ``replica.Replica``: one member's side: epochs and reconciliation after each primary
   view, batching, majority completion of calls, queue ownership decisions
 - ``sim.SimQueues``: a replica in the simulator; ``raygroups.stack.runtime.workqueue``: on a
@@ -11,10 +12,11 @@ ordered, virtually synchronous delivery, so every member holds the same queues.
 """
 from .config import WorkQueueConfig
 from .errors import (AcquireTimeout, NoSuchQueue, NotAcquired, QueueClosed, QueueError,
-                     QueueFull, QueueNotPrimary, QueueOutcomeUnknown, StaleEpoch)
+                     QueueFull, QueueNotPrimary, QueueOutcomeUnknown, QueueUnsupported,
+                     StaleEpoch)
 from .replica import Delivery, Phase, Replica, Request
 from .state import QueueState
 
 __all__ = ["AcquireTimeout", "Delivery", "NoSuchQueue", "NotAcquired", "Phase", "QueueClosed",
            "QueueError", "QueueFull", "QueueNotPrimary", "QueueOutcomeUnknown", "QueueState",
-           "Replica", "Request", "StaleEpoch", "WorkQueueConfig"]
+           "QueueUnsupported", "Replica", "Request", "StaleEpoch", "WorkQueueConfig"]

@@ -20,8 +20,13 @@ BATCH, APPLIED, SNAP = 0, 2, 3  # 1 was a reconciliation round's HELLO
 # release, dequeue (accept), reject (to the alternate: "rejected"), and queue ownership
 # (consume: interested, cancel: not interested, owner_release: pass ownership on)
 CREATE, ENQUEUE, ACQUIRE, RELEASE, DEQUEUE, REJECT, CONSUME, CANCEL, OWNER_RELEASE = range(9)
+# the lifecycle (queue level 2, gated: see state.LIFECYCLE_LEVEL): purge a queue's available
+# messages, delete a queue, declare one with an overflow policy or a TTL, expire messages
+# older than a queue's TTL (the epoch's first member sends it with its clock), and a
+# member's announcement of the queue level it knows (once per epoch)
+PURGE, DELETE, DECLARE, EXPIRE, LEVEL = range(9, 14)
 OP_NAMES = ("create", "enqueue", "acquire", "release", "dequeue", "reject", "consume",
-            "cancel", "owner_release")
+            "cancel", "owner_release", "purge", "delete", "declare", "expire", "level")
 
 _packer_opts = dict(use_bin_type=True)
 _unpack_opts = dict(raw=False, use_list=True, strict_map_key=False)

@@ -11,9 +11,12 @@ ACK_MAJORITY, ACK_LOCAL = "majority", "local"
 class WorkQueueConfig:
     max_depth: int = 100_000
     """Messages one queue holds (available plus acquired) by default; a publish beyond it
-    fails with QueueFull. Overridden per queue at creation (``max_depth=``)."""
+    fails with QueueFull, or, on a queue created with ``overflow="dead_letter_oldest"``,
+    moves the oldest available messages to the alternate queue until it fits. Overridden
+    per queue at creation (``max_depth=``)."""
     max_bytes: int = 256 * 1024 * 1024
-    """Body bytes one queue holds by default; a publish beyond it fails with QueueFull."""
+    """Body bytes one queue holds by default; beyond it, as for ``max_depth``. Overridden
+    per queue at creation (``max_bytes=``)."""
     max_message_size: int = 64 * 1024 * 1024
     """Largest body a publish accepts, in bytes (MessageTooLarge above it). Bodies larger
     than a datagram travel through the stack's FRAG layer; receivers need
@@ -45,3 +48,15 @@ class WorkQueueConfig:
     """Most messages one ACQUIRE command takes for this member's consumers."""
     tick_s: float = 0.01
     """How often the driver calls ``Replica.tick`` (time slices, lingering interest)."""
+    expire_interval_s: float = 1.0
+    """How often, in seconds, the epoch's first member multicasts EXPIRE (with its wall
+    clock) while a queue with a TTL (``ttl_s=``) holds available messages; every member
+    expires the same messages when it applies it. A message outlives its TTL by up to this
+    long (and by the clock difference between its publisher and that member). Shorter:
+    closer to the TTL, one ordered multicast more per interval."""
+    lifecycle_wait_s: float = 5.0
+    """How long, in seconds, a lifecycle call (purge, delete, a queue created with an
+    overflow policy or a TTL) waits for every member of the view to announce that it knows
+    the lifecycle (each does once per view, right after it); then it fails with
+    QueueUnsupported, as it does while an older build is in the view (a rolling upgrade).
+    0: fail at once."""

@@ -23,6 +23,12 @@ class QueueFull(QueueError):
     """The queue is at its depth or bytes limit; the publish did not take effect."""
 
 
+class QueueUnsupported(QueueError):
+    """A lifecycle call (purge, delete, a queue with an overflow policy or a TTL) while a
+    member of the view does not know the queue lifecycle (an older build, during a rolling
+    upgrade): it did not take effect anywhere. Waited ``lifecycle_wait_s`` first."""
+
+
 class NoSuchQueue(QueueError):
     """No queue of that name was created."""
 

@@ -46,13 +46,14 @@ from typing import Any, Callable, Optional
 
 from ..errors import MessageTooLarge
 from . import codec
-from .codec import (ACQUIRE, APPLIED, BATCH, CANCEL, CONSUME, CREATE, DEQUEUE, ENQUEUE,
-                    OWNER_RELEASE, REJECT, RELEASE, SNAP)
+from .codec import (ACQUIRE, APPLIED, BATCH, CANCEL, CONSUME, CREATE, DECLARE, DELETE,
+                    DEQUEUE, ENQUEUE, EXPIRE, LEVEL, OWNER_RELEASE, PURGE, REJECT, RELEASE,
+                    SNAP)
 from .config import ACK_LOCAL, WorkQueueConfig
 from .errors import (NoSuchQueue, NotAcquired, QueueClosed, QueueError, QueueFull,
-                     QueueNotPrimary, QueueOutcomeUnknown, StaleEpoch)
-from .state import (FULL, NO_QUEUE, NOT_ACQUIRED, NOT_OWNER, OK, RETRY,
-                    STALE_EPOCH, TOO_LARGE, QueueState)
+                     QueueNotPrimary, QueueOutcomeUnknown, QueueUnsupported, StaleEpoch)
+from .state import (FULL, LIFECYCLE_LEVEL, NO_QUEUE, NOT_ACQUIRED, NOT_OWNER, OK, OVERFLOWS,
+                    REJECT_PUBLISH, RETRY, STALE_EPOCH, TOO_LARGE, UNSUPPORTED, QueueState)
 
 
 class Phase(enum.Enum):
@@ -65,6 +66,8 @@ class Phase(enum.Enum):
 
 NEW, SENT, APPLIED_, DONE = range(4)
 SETTLE_OPS = {"accept": DEQUEUE, "release": RELEASE, "reject": REJECT}
+GATED_KINDS = {"purge": PURGE, "delete": DELETE, "declare": DECLARE}
+"""Calls that wait for every member of the epoch to announce the lifecycle's queue level."""
 
 
 class Delivery:
@@ -94,7 +97,8 @@ class Request:
     """One call in progress. ``result`` (a list of Delivery for acquire) or ``error`` is set
     when ``done``; ``callback(request)`` runs then."""
     __slots__ = ("kind", "queue", "args", "status", "cseq", "pos", "epoch", "result",
-                 "error", "callback", "want", "got", "many", "delivery", "cancelled")
+                 "error", "callback", "want", "got", "many", "delivery", "cancelled",
+                 "deadline", "stamp")
 
     def __init__(self, kind: str, queue: str, args: list,
                  callback: Optional[Callable[["Request"], None]]):
@@ -110,6 +114,8 @@ class Request:
         self.many = False
         self.delivery: Optional[Delivery] = None
         self.cancelled = False
+        self.deadline: Optional[float] = None  # a gated call: when it gives up waiting
+        self.stamp: Optional[float] = None     # a publish: its wall-clock time (TTL)
 
     @property
     def done(self) -> bool:
@@ -147,17 +153,32 @@ def _err(code: int, what: str) -> Exception:
         return NotAcquired(f"{what}: not held by this acquisition")
     if code == TOO_LARGE:
         return MessageTooLarge(what)
+    if code == UNSUPPORTED:
+        return QueueUnsupported(f"{what}: a member of the view does not know the queue "
+                                f"lifecycle (an older build)")
     return QueueError(f"{what}: refused ({code})")
 
 
 class Replica:
+    level = LIFECYCLE_LEVEL
+    """The queue level this member announces in every epoch (LEVEL): it knows the
+    lifecycle commands. A member announcing less (or nothing, an older build) keeps every
+    member from applying them."""
+
     def __init__(self, local: Any, config: Optional[WorkQueueConfig] = None,
-                 clock: Callable[[], float] = lambda: 0.0):
-        """``local``: this member's Address (its ``uid`` identifies it in the state)."""
+                 clock: Callable[[], float] = lambda: 0.0,
+                 wall: Optional[Callable[[], float]] = None):
+        """``local``: this member's Address (its ``uid`` identifies it in the state).
+        ``clock``: seconds, for timeouts and intervals (monotonic); ``wall``: seconds since
+        the epoch, comparable across members, for message timestamps and EXPIRE's cut-off
+        (default: ``clock``)."""
         self.config = cfg = config or WorkQueueConfig()
         self.local = local
         self.uid: bytes = local.uid
         self.clock = clock
+        self.wall = wall or clock
+        self.gated: list = []                 # lifecycle calls waiting for every member's level
+        self.next_expire = float("-inf")
         self.state = QueueState(cfg.max_depth, cfg.max_bytes, cfg.max_message_size)
         self.phase = Phase.IDLE
         self.view = None
@@ -253,10 +274,27 @@ class Replica:
         return True
 
     def tick(self) -> None:
-        """Time slices and lingering interest (the driver calls it every ``tick_s``)."""
+        """Time slices, lingering interest, the gated calls' deadlines and EXPIRE (the
+        driver calls it every ``tick_s``)."""
         if self.phase is Phase.ACTIVE:
             for name in list(self.local_queues):
                 self._pump(name)
+            self._ungate()
+            self._expire()
+
+    def _expire(self) -> None:
+        """The epoch's first member multicasts EXPIRE every ``expire_interval_s`` with its
+        wall clock, while a queue with a TTL holds available messages: every member applies
+        it in total order, so all expire the same messages."""
+        s = self.state
+        now = self.clock()
+        if not s.members or s.members[0] != self.uid or now < self.next_expire:
+            return
+        self.next_expire = now + self.config.expire_interval_s
+        if s.level() >= LIFECYCLE_LEVEL and \
+                any(q.ttl_s is not None and q.avail for q in s.queues.values()):
+            self.stats["expires_sent"] += 1
+            self._internal(None, EXPIRE, cmd=[EXPIRE, self.wall()])
 
     def take_outgoing(self) -> list:
         """[(dest Address or None, payload bytes, ordered)] to send, in this order."""
@@ -290,9 +328,32 @@ class Replica:
     # ======================================================================================
     def create(self, name: str, alternate: Optional[str] = None,
                max_depth: Optional[int] = None, max_bytes: Optional[int] = None,
-               callback=None) -> Request:
-        req = Request("create", name, [name, alternate, max_depth, max_bytes], callback)
-        return self._submit(req)
+               callback=None, overflow: Optional[str] = None,
+               ttl_s: Optional[float] = None) -> Request:
+        """Create the queue if it does not exist (the first creation's settings win).
+        ``overflow``: "reject_publish" (default: QueueFull) or "dead_letter_oldest";
+        ``ttl_s``: messages older than this are dead-lettered. Either one makes it a
+        lifecycle call (QueueUnsupported while an older build is in the view)."""
+        if overflow is not None and overflow not in OVERFLOWS:
+            raise ValueError(f"overflow must be one of {OVERFLOWS}, not {overflow!r}")
+        if ttl_s is not None and not ttl_s > 0:
+            raise ValueError(f"ttl_s must be > 0, not {ttl_s!r}")
+        if (overflow or REJECT_PUBLISH) == REJECT_PUBLISH and ttl_s is None:
+            req = Request("create", name, [name, alternate, max_depth, max_bytes], callback)
+            return self._submit(req)
+        return self._submit(Request("declare", name, [name, alternate, max_depth, max_bytes,
+                                                      overflow or REJECT_PUBLISH, ttl_s],
+                                    callback))
+
+    def purge(self, name: str, callback=None) -> Request:
+        """Drop every available (not acquired) message of the queue; ``result``: how many."""
+        return self._submit(Request("purge", name, [name], callback))
+
+    def delete(self, name: str, callback=None) -> Request:
+        """Delete the queue everywhere, with everything on it; ``result``: how many
+        messages went. Later calls on it raise NoSuchQueue (until it is created again);
+        deliveries held from it can no longer be settled."""
+        return self._submit(Request("delete", name, [name], callback))
 
     def publish(self, queue: str, body: bytes, callback=None) -> Request:
         if not isinstance(body, bytes):
@@ -301,7 +362,19 @@ class Replica:
             raise MessageTooLarge(f"a body of {len(body)} bytes; at most "
                                   f"{self.config.max_message_size} (max_message_size)")
         self.pseq += 1
-        return self._submit(Request("publish", queue, [queue, self.pseq, body], callback))
+        req = Request("publish", queue, [queue, self.pseq, body], callback)
+        req.stamp = self.wall()
+        return self._submit(req)
+
+    def republish(self, queue: str, body: bytes, seq: int, callback=None) -> Request:
+        """Publish again the message this replica published as ``seq`` (a retry after an
+        unknown outcome): it is stored once, and a retry of a message still on the queue
+        succeeds even when the queue is full."""
+        if not 0 < seq <= self.pseq:
+            raise ValueError(f"sequence {seq} was never published here")
+        req = Request("publish", queue, [queue, seq, bytes(body)], callback)
+        req.stamp = self.wall()
+        return self._submit(req)
 
     def acquire(self, queue: str, n: int = 1, callback=None, many: bool = False) -> Request:
         """Wait for ``n`` messages (``many``: complete with at least one, as soon as nothing
@@ -350,19 +423,52 @@ class Replica:
     # ======================================================================================
     def _submit(self, req: Request) -> Request:
         if self.phase is Phase.ACTIVE:
-            self._send(req)
+            self._dispatch(req)
         elif self.phase in (Phase.AWAIT_SNAPSHOT, Phase.IDLE):
             self.unsent.append(req)
         else:
             self._finish(req, error=self._not_primary())
         return req
 
+    def _dispatch(self, req: Request) -> None:
+        """Send it, or, for a lifecycle call while a member of the epoch has not announced
+        the lifecycle's level, wait for that (``lifecycle_wait_s``; then QueueUnsupported)."""
+        if req.kind in GATED_KINDS:
+            if req.deadline is None:
+                req.deadline = self.clock() + self.config.lifecycle_wait_s
+            if self.state.level() < LIFECYCLE_LEVEL:
+                self.gated.append(req)
+                self._ungate()  # at once when the wait is 0
+                return
+        self._send(req)
+
+    def _ungate(self) -> None:
+        if not self.gated or self.phase is not Phase.ACTIVE:
+            return
+        ready = self.state.level() >= LIFECYCLE_LEVEL
+        now = self.clock()
+        gated, self.gated = self.gated, []
+        for r in gated:
+            if r.done:
+                continue
+            if ready:
+                self._send(r)
+            elif now >= r.deadline:
+                self.stats["lifecycle_unsupported"] += 1
+                self._finish(r, error=_err(UNSUPPORTED, f"{r.kind} on {r.queue!r}"))
+            else:
+                self.gated.append(r)
+
     def _command(self, req: Request) -> list:
         k = req.kind
         if k == "publish":
+            if req.stamp is not None and self.state.level() >= LIFECYCLE_LEVEL:
+                return [ENQUEUE, *req.args, req.stamp]  # every member reads the timestamp
             return [ENQUEUE, *req.args]
         if k == "create":
             return [CREATE, *req.args]
+        if k in GATED_KINDS:
+            return [GATED_KINDS[k], *req.args]
         return list(req.args)  # settle: [op, queue, pub, pseq, tepoch, tok]
 
     def _send(self, req: Request) -> None:
@@ -371,10 +477,11 @@ class Replica:
         self.sent[self.cseq] = req
         self._add([self.cseq, *self._command(req)])
 
-    def _internal(self, queue: str, op: int, *args) -> None:
+    def _internal(self, queue: Optional[str], op: int, *args, cmd: Optional[list] = None) -> None:
+        """A command of the replica's own (``cmd``: when it is not [op, queue, *args])."""
         self.cseq += 1
         self.sent[self.cseq] = ("internal", queue, op, args)
-        self._add([self.cseq, op, queue, *args])
+        self._add([self.cseq, *(cmd or (op, queue, *args))])
 
     def _add(self, cmd: list) -> None:
         size = codec.packed_size(cmd)
@@ -426,9 +533,11 @@ class Replica:
             self._check_durable()
         if s.touched:
             touched, s.touched = s.touched, set()
-            for name in touched:
+            for name in sorted(touched):  # one order everywhere (a set of str: hash seeds)
                 if name in self.local_queues:
                     self._pump(name)
+        if self.gated:
+            self._ungate()  # a LEVEL may have opened the gate
 
     def _result(self, req: Request, code: int, data: Any, pos: int) -> None:
         if code == RETRY:
@@ -442,10 +551,21 @@ class Replica:
             return
         if req.kind in SETTLE_OPS:
             self.live.pop(req.delivery.token, None)  # settled, or not ours any more
+        if code == UNSUPPORTED and self.phase is Phase.ACTIVE and \
+                (req.kind == "publish" or req.kind in GATED_KINDS):
+            # sent before a view change and resent into an epoch whose members have not
+            # all announced the lifecycle yet: wait for them again (a publish goes again
+            # without its timestamp); nothing was applied anywhere
+            self.stats["lifecycle_regated"] += 1
+            req.deadline = None
+            self._dispatch(req)
+            return
         if code != OK:
             self._finish(req, error=_err(code, f"{req.kind} on {req.queue!r}"))
             return
         req.status, req.pos = APPLIED_, pos
+        if req.kind in GATED_KINDS:
+            req.result = data  # purge, delete: how many messages went
         if self.config.ack == ACK_LOCAL:
             self._finish(req)
         else:
@@ -453,7 +573,7 @@ class Replica:
 
     def _internal_result(self, r: tuple, code: int) -> None:
         _, name, op, _args = r
-        lq = self.local_queues.get(name)
+        lq = self.local_queues.get(name) if name is not None else None
         if lq is None:
             return
         if op == CONSUME:
@@ -690,15 +810,18 @@ class Replica:
         if held:
             for sender, obj in held:  # refused (old epoch) or applied, like everyone did
                 self._apply(sender, obj)
+        if self.level > 1:  # what this build knows, once per epoch, ahead of our calls
+            self._internal(None, LEVEL, cmd=[LEVEL, self.level])
         for r in old:
             if r.kind == "acquire-cmd":
                 continue  # recomputed by _pump
             if r.status != DONE:
-                self._send(r)
+                r.deadline = None  # a lifecycle call waits for the new epoch's levels
+                self._dispatch(r)
         unsent, self.unsent = self.unsent, []
         for r in unsent:
             if r.status != DONE:
-                self._send(r)
+                self._dispatch(r)
         # acquisitions the state gives us that no consumer of ours holds: back they go
         mine = {d.token for _p, k, x in self.undurable if k == "acq" for d in x[1]}
         for q in s.queues.values():
@@ -709,6 +832,7 @@ class Replica:
                     self._internal(q.name, RELEASE, e.mid[0], e.mid[1], e.tepoch, e.tok)
         for name in list(self.local_queues):
             self._pump(name)
+        self._ungate()
         self._check_durable()
 
     def _not_primary(self) -> Exception:
@@ -731,7 +855,8 @@ class Replica:
             if type(r) is Request and r.kind != "acquire-cmd":
                 self._finish(r, error=unknown)
         self.sent = {}
-        unsent, self.unsent = self.unsent, []
+        unsent, self.unsent = self.unsent + self.gated, []
+        self.gated = []
         for r in unsent:
             self._finish(r, error=definite)
         for lq in self.local_queues.values():
@@ -758,14 +883,12 @@ class Replica:
         s = self.state
         return {"phase": self.phase.value, "epoch": s.epoch, "applied": s.applied,
                 "digest": s.digest(),
-                "queues": {q.name: {"depth": q.depth, "available": q.available,
-                                    "acquired": len(q.acquired), "bytes": q.bytes,
-                                    "owner": q.owner.hex()[:8] if q.owner else None,
-                                    "consumers": len(q.consumers),
-                                    "enqueued": q.counters[0], "dequeued": q.counters[2],
-                                    "rejected": q.counters[3], "requeued": q.counters[4]}
-                           for q in s.queues.values()},
-                "stats": dict(self.stats)}
+                "level": s.level(), "queues": self.queues(), "stats": dict(self.stats)}
+
+    def queues(self) -> dict:
+        """{name: figures and limits} of every queue, as this member holds them (the same
+        at every member once it applied the same commands)."""
+        return {q.name: q.info() for q in self.state.queues.values()}
 
 
 def _positions(data: Any, order: list) -> Optional[dict]:

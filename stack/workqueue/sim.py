@@ -12,7 +12,9 @@ Deliveries reach the replica synchronously, in delivery order (views through the
 ``deliver``, messages through ``on_message``); its queue position goes into every view's
 state exchange (``Stack.exchange_handlers``), and joiners get the state from the donor. What the replica sends goes out after the current event (never
 re-entering the stack), and waits while the stack refuses (a flush, flow control).
-``restart()`` restarts the member as a fresh incarnation with a fresh replica.
+``restart()`` restarts the member as a fresh incarnation with a fresh replica. ``skew_s``
+sets the member's wall clock ahead of (or behind) the simulation's: the timestamps its
+publishes carry and the cut-off of its EXPIREs.
 """
 from __future__ import annotations
 
@@ -26,8 +28,10 @@ from .replica import Delivery, Phase, Replica, Request
 
 class SimQueues:
     def __init__(self, sim: Any, member: Any, config: Optional[WorkQueueConfig] = None,
-                 listener: Optional[Callable[["SimQueues", tuple], None]] = None):
+                 listener: Optional[Callable[["SimQueues", tuple], None]] = None,
+                 skew_s: float = 0.0):
         self.sim, self.member = sim, member
+        self.skew_s = skew_s
         self.config = config or WorkQueueConfig()
         self.listener = listener
         self.replica: Optional[Replica] = None
@@ -53,7 +57,8 @@ class SimQueues:
     def _attach(self) -> None:
         m = self.member
         self.incarnation = m.incarnation
-        self.replica = Replica(m.stack.local, self.config, clock=lambda: self.sim.now)
+        self.replica = Replica(m.stack.local, self.config, clock=lambda: self.sim.now,
+                               wall=lambda: self.sim.now + self.skew_s)
         if self.listener is not None:
             self.replica.state.listener = lambda ev: self.listener(self, ev)
         replica = self.replica
@@ -123,11 +128,25 @@ class SimQueues:
         return req
 
     def create(self, name: str, alternate: Optional[str] = None, callback=None, **limits) -> Request:
+        """``limits``: max_depth, max_bytes, overflow, ttl_s."""
         return self._call(self.replica.create(name, alternate, limits.get("max_depth"),
-                                              limits.get("max_bytes"), callback))
+                                              limits.get("max_bytes"), callback,
+                                              limits.get("overflow"), limits.get("ttl_s")))
 
     def publish(self, queue: str, body: bytes, callback=None) -> Request:
         return self._call(self.replica.publish(queue, body, callback))
+
+    def republish(self, queue: str, body: bytes, seq: int, callback=None) -> Request:
+        return self._call(self.replica.republish(queue, body, seq, callback))
+
+    def purge(self, queue: str, callback=None) -> Request:
+        return self._call(self.replica.purge(queue, callback))
+
+    def delete(self, queue: str, callback=None) -> Request:
+        return self._call(self.replica.delete(queue, callback))
+
+    def queues(self) -> dict:
+        return self.replica.queues()
 
     def acquire(self, queue: str, n: int = 1, timeout_s: Optional[float] = None,
                 callback=None, many: bool = False) -> Request:

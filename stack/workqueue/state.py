@@ -8,6 +8,18 @@ reads a clock: ``apply`` takes one delivered batch and returns one result per co
 requeued, their interest and ownership pass on), ``snapshot``/``restore`` move the whole
 state to a joiner or a stale member.
 
+The lifecycle (commands of queue level 2, see ``LIFECYCLE_LEVEL``): PURGE drops a queue's
+available messages, DELETE removes a queue and everything on it, DECLARE creates one with an
+overflow policy (``reject_publish``: QueueFull; ``dead_letter_oldest``: the oldest available
+messages go to the alternate, as a reject would move them, until the publish fits) or a
+message TTL, and EXPIRE (sent by the epoch's first member with its clock) dead-letters the
+available messages older than their queue's TTL. A message's age counts from the timestamp
+its publisher put in the ENQUEUE (or, for a message without one, such as one moved to an
+alternate, from the first EXPIRE that saw it), never from a replica's own clock. Every
+replica applies a lifecycle command only when every member of the epoch announced (LEVEL)
+that it knows the lifecycle; otherwise none does (an older build refuses a command it does
+not know as malformed, with no effect), so a group in a rolling upgrade stays identical.
+
 Messages are identified by (publisher, sequence) (``mid``) and live on one queue. A queue
 holds them in publish order; an acquired message is held by one member and one
 acquisition token; a released (or requeued) message goes back to its original position,
@@ -19,29 +31,46 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import math
 from typing import Any, Callable, Optional
 
 import msgpack
 
-from .codec import (ACQUIRE, CANCEL, CONSUME, CREATE, DEQUEUE, ENQUEUE, OWNER_RELEASE,
-                    REJECT, RELEASE)
+from .codec import (ACQUIRE, CANCEL, CONSUME, CREATE, DECLARE, DELETE, DEQUEUE, ENQUEUE,
+                    EXPIRE, LEVEL, OWNER_RELEASE, PURGE, REJECT, RELEASE)
 
 # result codes (deterministic: every member computes the same one)
-OK, FULL, NO_QUEUE, NOT_OWNER, NOT_ACQUIRED, STALE_EPOCH, RETRY, MALFORMED, TOO_LARGE = range(9)
+(OK, FULL, NO_QUEUE, NOT_OWNER, NOT_ACQUIRED, STALE_EPOCH, RETRY, MALFORMED, TOO_LARGE,
+ UNSUPPORTED) = range(10)
 CODE_NAMES = ("ok", "full", "no_queue", "not_owner", "not_acquired", "stale_epoch", "retry",
-              "malformed", "too_large")
-SNAPSHOT_VERSION = 1
+              "malformed", "too_large", "unsupported")
+SNAPSHOT_VERSION = 2
+"""The snapshot format written when the state holds something version 1 cannot express (an
+overflow policy, a TTL, lifecycle counters); version 1 otherwise, which older builds read."""
+SNAPSHOT_V1 = 1
 MAX_NAME = 255
+BASE_LEVEL = 1
+"""The queue level of a member that announces none (builds before the lifecycle)."""
+LIFECYCLE_LEVEL = 2
+"""The queue level that knows PURGE, DELETE, DECLARE, EXPIRE and ENQUEUE's timestamp."""
+GATED = (PURGE, DELETE, DECLARE, EXPIRE)
+REJECT_PUBLISH, DEAD_LETTER_OLDEST = "reject_publish", "dead_letter_oldest"
+OVERFLOWS = (REJECT_PUBLISH, DEAD_LETTER_OLDEST)
+# counters: enqueued, acquired, dequeued, rejected, requeued (version 1), then purged,
+# expired, overflowed (dead-lettered by dead_letter_oldest), dropped (expired or overflowed
+# with no alternate to go to)
+N_COUNTERS_V1, N_COUNTERS = 5, 9
 
 
 class Entry:
     """One message on one queue."""
-    __slots__ = ("mid", "body", "pos", "holder", "tok", "tepoch", "deliveries")
+    __slots__ = ("mid", "body", "pos", "holder", "tok", "tepoch", "deliveries", "ts")
 
-    def __init__(self, mid: tuple, body: bytes, pos: int):
+    def __init__(self, mid: tuple, body: bytes, pos: int, ts: Optional[float] = None):
         self.mid = mid
         self.body = body
         self.pos = pos
+        self.ts = ts                          # publisher's timestamp (TTL); None: unknown
         self.holder: Optional[bytes] = None   # member uid that acquired it
         self.tok = 0                          # acquisition token (unique, replicated)
         self.tepoch = 0                       # epoch of that acquisition
@@ -50,13 +79,17 @@ class Entry:
 
 class Queue:
     __slots__ = ("name", "alternate", "max_depth", "max_bytes", "msgs", "avail", "heap",
-                 "acquired", "next_pos", "bytes", "consumers", "owner", "counters")
+                 "acquired", "next_pos", "bytes", "consumers", "owner", "counters",
+                 "overflow", "ttl_s")
 
-    def __init__(self, name: str, alternate: Optional[str], max_depth: int, max_bytes: int):
+    def __init__(self, name: str, alternate: Optional[str], max_depth: int, max_bytes: int,
+                 overflow: str = REJECT_PUBLISH, ttl_s: Optional[float] = None):
         self.name = name
         self.alternate = alternate
         self.max_depth = max_depth
         self.max_bytes = max_bytes
+        self.overflow = overflow
+        self.ttl_s = ttl_s
         self.msgs: dict = {}        # mid -> Entry: everything on the queue
         self.avail: dict = {}       # pos -> Entry: available (not acquired)
         self.heap: list = []        # positions of available entries (lazy deletion)
@@ -65,7 +98,7 @@ class Queue:
         self.bytes = 0
         self.consumers: list = []   # interested member uids, in the order they came
         self.owner: Optional[bytes] = None
-        self.counters = [0, 0, 0, 0, 0]  # enqueued, acquired, dequeued, rejected, requeued
+        self.counters = [0] * N_COUNTERS  # see N_COUNTERS
 
     # -- primitives -----------------------------------------------------------------------
     def push(self, e: Entry) -> None:
@@ -101,6 +134,23 @@ class Queue:
     @property
     def depth(self) -> int:
         return len(self.msgs)
+
+    def v1(self) -> bool:
+        """Nothing here that snapshot version 1 cannot express."""
+        return self.overflow == REJECT_PUBLISH and self.ttl_s is None and \
+            not any(self.counters[N_COUNTERS_V1:])
+
+    def info(self) -> dict:
+        """The queue's figures and limits (``g.queues()``, ``q.info()``)."""
+        c = self.counters
+        return {"depth": self.depth, "available": self.available,
+                "acquired": len(self.acquired), "bytes": self.bytes,
+                "max_depth": self.max_depth, "max_bytes": self.max_bytes,
+                "overflow": self.overflow, "ttl_s": self.ttl_s, "alternate": self.alternate,
+                "owner": self.owner.hex()[:8] if self.owner else None,
+                "consumers": len(self.consumers), "enqueued": c[0], "dequeued": c[2],
+                "rejected": c[3], "requeued": c[4], "purged": c[5], "expired": c[6],
+                "overflowed": c[7], "dropped": c[8]}
 
     @property
     def available(self) -> int:
@@ -143,9 +193,17 @@ class QueueState:
         """Called with every event (the Qpid design's names): ("enqueue", q, mid, publisher),
         ("acquire", q, mid, member, token), ("release", q, mid, member),
         ("dequeue", q, mid, member), ("reject", q, mid, member), ("rejected", alt, mid),
-        ("requeue", q, mid, member) (the member left), ("owner", q, member or None)."""
+        ("requeue", q, mid, member) (the member left), ("owner", q, member or None); the
+        lifecycle's ("purge", q, mid), ("delete", q, mid) then ("deleted", q),
+        ("expire", q, mid) and ("overflow", q, mid) (each then "rejected" to the alternate
+        or ("dropped", q, mid)); and ("epoch", epoch, from epoch, batches applied in it)
+        when a primary view's epoch begins from this state."""
         self.touched: set = set()
         """Queues whose messages or ownership changed since the replica last looked."""
+        self.levels: dict = {}
+        """{member uid: queue level} announced (LEVEL) in this epoch, in total order; a
+        member that announced nothing is at ``BASE_LEVEL``. Not in snapshots: a snapshot is
+        taken as an epoch begins, when nobody announced yet."""
 
     # -- the epoch ------------------------------------------------------------------------
     def begin_epoch(self, epoch: int, members: list) -> None:
@@ -173,9 +231,16 @@ class QueueState:
                 self._set_owner(q, new)
             elif q.owner is None and q.consumers:
                 self._set_owner(q, q.consumers[0])
+        if emit:
+            emit(("epoch", epoch, self.epoch, self.applied))
         self.epoch = epoch
         self.applied = 0
         self.members = list(members)
+        self.levels = {}
+
+    def level(self) -> int:
+        """The queue level every member of the epoch announced (the lowest)."""
+        return min((self.levels.get(m, BASE_LEVEL) for m in self.members), default=BASE_LEVEL)
 
     def _set_owner(self, q: Queue, owner: Optional[bytes]) -> None:
         if owner != q.owner:
@@ -209,20 +274,26 @@ class QueueState:
     def _one(self, sender: bytes, c: list) -> tuple:
         op = c[1]
         if op == ENQUEUE:
-            _, _, name, pseq, body = c
+            _, _, name, pseq, body, *stamp = c
             q = self._queue(name)
             if q is None:
                 return NO_QUEUE, None
-            if type(body) is not bytes or type(pseq) is not int:
+            if type(body) is not bytes or type(pseq) is not int or len(stamp) > 1:
                 return MALFORMED, None
+            ts = None
+            if stamp:  # the publisher's timestamp: level 2 only, like the lifecycle
+                if self.level() < LIFECYCLE_LEVEL:
+                    return UNSUPPORTED, None
+                ts = _time(stamp[0])
             if len(body) > self.max_message_size:
                 return TOO_LARGE, None
-            if len(q.msgs) >= q.max_depth or q.bytes + len(body) > q.max_bytes:
-                return FULL, None
             mid = (sender, pseq)
             if mid in q.msgs:
-                return OK, None  # the same message again: once only
-            e = Entry(mid, body, q.next_pos)
+                return OK, None  # the same message again (a retry): once only, never FULL
+            if len(q.msgs) >= q.max_depth or q.bytes + len(body) > q.max_bytes:
+                if q.overflow != DEAD_LETTER_OLDEST or not self._make_room(q, len(body)):
+                    return FULL, None
+            e = Entry(mid, body, q.next_pos, ts)
             q.next_pos += 1
             q.push(e)
             q.counters[0] += 1
@@ -278,16 +349,7 @@ class QueueState:
                 q.counters[3] += 1
                 if emit:
                     emit(("reject", name, e.mid, sender))
-                alt = self.queues.get(q.alternate) if q.alternate else None
-                if alt is not None and e.mid not in alt.msgs:
-                    # a move, not new data: the alternate takes it beyond its limits
-                    moved = Entry(e.mid, e.body, alt.next_pos)
-                    alt.next_pos += 1
-                    alt.push(moved)
-                    alt.counters[0] += 1
-                    self.touched.add(alt.name)
-                    if emit:
-                        emit(("rejected", alt.name, e.mid))
+                self._to_alternate(q, e)
             return OK, None
         if op == CREATE:
             _, _, name, alternate, depth, nbytes = c
@@ -299,6 +361,17 @@ class QueueState:
             if alternate is not None and alternate != name:
                 self._create(alternate, None, None, None)
             return OK, None
+        if op == LEVEL:
+            level = c[2]
+            if type(level) is not int or level < BASE_LEVEL:
+                return MALFORMED, None
+            if sender in self.members:
+                self.levels[sender] = level
+            return OK, None
+        if op in GATED:
+            if self.level() < LIFECYCLE_LEVEL:
+                return UNSUPPORTED, None  # what a member that does not know it does: nothing
+            return self._lifecycle(op, c)
         if op in (CONSUME, CANCEL, OWNER_RELEASE):
             q = self._queue(c[2])
             if q is None:
@@ -326,38 +399,153 @@ class QueueState:
             return OK, None
         return MALFORMED, None
 
-    def _create(self, name: str, alternate: Optional[str], depth: Any, nbytes: Any) -> None:
+    def _create(self, name: str, alternate: Optional[str], depth: Any, nbytes: Any,
+                overflow: str = REJECT_PUBLISH, ttl_s: Optional[float] = None) -> None:
         if name in self.queues:
             return  # the first creation wins; creating again is harmless
         depth = depth if type(depth) is int and depth > 0 else self.default_depth
         nbytes = nbytes if type(nbytes) is int and nbytes > 0 else self.default_bytes
-        self.queues[name] = Queue(name, alternate, depth, nbytes)
+        self.queues[name] = Queue(name, alternate, depth, nbytes, overflow, ttl_s)
         self.touched.add(name)
+
+    # -- the lifecycle --------------------------------------------------------------------
+    def _lifecycle(self, op: int, c: list) -> tuple:
+        emit = self.listener
+        if op == EXPIRE:
+            now = _time(c[2])
+            for q in list(self.queues.values()):
+                if q.ttl_s is not None and q.avail:
+                    self._expire(q, now)
+            return OK, None
+        if op == DECLARE:
+            _, _, name, alternate, depth, nbytes, overflow, ttl_s = c
+            if type(name) is not str or not name or len(name) > MAX_NAME or \
+                    (alternate is not None and (type(alternate) is not str or not alternate
+                                                or len(alternate) > MAX_NAME)) or \
+                    overflow not in OVERFLOWS:
+                return MALFORMED, None
+            ttl_s = None if ttl_s is None else _time(ttl_s)
+            if ttl_s is not None and ttl_s <= 0:
+                return MALFORMED, None
+            self._create(name, alternate, depth, nbytes, overflow, ttl_s)
+            if alternate is not None and alternate != name:
+                self._create(alternate, None, None, None)
+            return OK, None
+        q = self._queue(c[2])
+        if q is None:
+            return NO_QUEUE, None
+        self.touched.add(q.name)
+        if op == PURGE:  # the available messages; what consumers hold stays theirs
+            n = 0
+            while True:
+                e = q.take()
+                if e is None:
+                    break
+                q.remove(e)
+                n += 1
+                if emit:
+                    emit(("purge", q.name, e.mid))
+            q.counters[5] += n
+            return OK, n
+        # DELETE: the queue and everything on it; what consumers hold can no longer be
+        # settled (NoSuchQueue); another queue's alternate that is gone drops its rejects
+        del self.queues[q.name]
+        if emit:
+            for e in sorted(q.msgs.values(), key=lambda e: e.pos):
+                emit(("delete", q.name, e.mid))
+            emit(("deleted", q.name))
+        return OK, len(q.msgs)
+
+    def _expire(self, q: Queue, now: float) -> None:
+        """Dead-letter the available messages of ``q`` older than its TTL at ``now``; a
+        message without a timestamp gets ``now`` (its age counts from here)."""
+        old = []
+        for e in q.avail.values():
+            if e.ts is None:
+                e.ts = now
+            elif now - e.ts >= q.ttl_s:
+                old.append(e)
+        for e in sorted(old, key=lambda e: e.pos):
+            q.remove(e)
+            q.counters[6] += 1
+            if self.listener:
+                self.listener(("expire", q.name, e.mid))
+            self._to_alternate(q, e, dead_letter=True)
+        if old:
+            self.touched.add(q.name)
+
+    def _make_room(self, q: Queue, size: int) -> bool:
+        """dead_letter_oldest: move the oldest available messages to the alternate until
+        a message of ``size`` bytes fits; False (nothing moved) when even moving every
+        available one would not make room (what consumers hold stays)."""
+        held = sum(len(e.body) for e in q.acquired.values())
+        if len(q.acquired) + 1 > q.max_depth or held + size > q.max_bytes:
+            return False
+        while len(q.msgs) >= q.max_depth or q.bytes + size > q.max_bytes:
+            e = q.take()
+            q.remove(e)
+            q.counters[7] += 1
+            if self.listener:
+                self.listener(("overflow", q.name, e.mid))
+            self._to_alternate(q, e, dead_letter=True)
+        return True
+
+    def _to_alternate(self, q: Queue, e: Entry, dead_letter: bool = False) -> None:
+        """A message taken off ``q`` (rejected, expired or overflowed) goes to the alternate
+        queue, a move and not new data, so beyond the alternate's limits; without one (or
+        already there) it is dropped, counted when ``dead_letter``. Its age on the
+        alternate counts from the next EXPIRE."""
+        alt = self.queues.get(q.alternate) if q.alternate else None
+        if alt is None or e.mid in alt.msgs or (dead_letter and alt is q):
+            if dead_letter:  # (a queue that is its own alternate would never make room)
+                q.counters[8] += 1
+                if self.listener:
+                    self.listener(("dropped", q.name, e.mid))
+            return
+        moved = Entry(e.mid, e.body, alt.next_pos)
+        alt.next_pos += 1
+        alt.push(moved)
+        alt.counters[0] += 1
+        self.touched.add(alt.name)
+        if self.listener:
+            self.listener(("rejected", alt.name, e.mid))
 
     # -- snapshots ------------------------------------------------------------------------
     def snapshot(self) -> bytes:
-        """The whole state, canonical: equal states give equal bytes."""
+        """The whole state, canonical: equal states give equal bytes. Version 1 (which
+        builds before the lifecycle read) unless a queue has an overflow policy, a TTL or
+        lifecycle counters; then version 2: each queue adds its overflow policy and TTL,
+        all nine counters, and each message its timestamp (a message's timestamp matters
+        only on a queue with a TTL, so version 1 leaves it out)."""
+        v2 = not all(q.v1() for q in self.queues.values())
         queues = []
         for q in self.queues.values():
             msgs = [[e.mid[0], e.mid[1], e.body, e.pos, e.holder, e.tok, e.tepoch, e.deliveries]
+                    + ([e.ts] if v2 else [])
                     for e in sorted(q.msgs.values(), key=lambda e: e.pos)]
+            counters = list(q.counters if v2 else q.counters[:N_COUNTERS_V1])
             queues.append([q.name, q.alternate, q.max_depth, q.max_bytes, q.next_pos, q.owner,
-                           list(q.consumers), list(q.counters), msgs])
-        return msgpack.packb([SNAPSHOT_VERSION, self.epoch, self.applied, self.members,
-                              self.next_tok, queues], use_bin_type=True)
+                           list(q.consumers), counters, msgs]
+                          + ([q.overflow, q.ttl_s] if v2 else []))
+        return msgpack.packb([SNAPSHOT_VERSION if v2 else SNAPSHOT_V1, self.epoch,
+                              self.applied, self.members, self.next_tok, queues],
+                             use_bin_type=True)
 
     def restore(self, data: bytes) -> None:
+        """A snapshot of either version."""
         v, epoch, applied, members, next_tok, queues = msgpack.unpackb(
             data, raw=False, use_list=True, strict_map_key=False)
-        if v != SNAPSHOT_VERSION:
+        if v not in (SNAPSHOT_V1, SNAPSHOT_VERSION):
             raise ValueError(f"snapshot version {v}")
         self.epoch, self.applied, self.members, self.next_tok = epoch, applied, members, next_tok
+        self.levels = {}
         self.queues = {}
-        for name, alt, depth, nbytes, next_pos, owner, consumers, counters, msgs in queues:
-            q = Queue(name, alt, depth, nbytes)
+        for name, alt, depth, nbytes, next_pos, owner, consumers, counters, msgs, *v2 in queues:
+            q = Queue(name, alt, depth, nbytes, *v2)
+            counters = counters + [0] * (N_COUNTERS - len(counters))
             q.next_pos, q.owner, q.consumers, q.counters = next_pos, owner, consumers, counters
-            for pub, pseq, body, pos, holder, tok, tepoch, deliveries in msgs:
-                e = Entry((pub, pseq), body, pos)
+            for pub, pseq, body, pos, holder, tok, tepoch, deliveries, *ts in msgs:
+                e = Entry((pub, pseq), body, pos, ts[0] if ts else None)
                 e.tok, e.tepoch, e.deliveries = tok, tepoch, deliveries
                 q.msgs[e.mid] = e
                 q.bytes += len(body)
@@ -378,3 +566,11 @@ class QueueState:
     def content(self) -> dict:
         """{queue: {mid: holder}} (tests and debugging)."""
         return {q.name: {e.mid: e.holder for e in q.msgs.values()} for q in self.queues.values()}
+
+
+def _time(x: Any) -> float:
+    """A time or duration from a command, in seconds; ValueError (malformed) unless a
+    finite number."""
+    if type(x) not in (int, float) or not math.isfinite(x):
+        raise ValueError(f"not a time: {x!r}")
+    return float(x)

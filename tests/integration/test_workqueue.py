@@ -11,8 +11,8 @@ import pytest
 
 from raygroups.stack import StackConfig
 from raygroups.stack.runtime.workqueue import QueueChannel
-from raygroups.stack.workqueue import (AcquireTimeout, NotAcquired, QueueNotPrimary, StaleEpoch,
-                                       WorkQueueConfig)
+from raygroups.stack.workqueue import (AcquireTimeout, NoSuchQueue, NotAcquired, QueueFull,
+                                       QueueNotPrimary, StaleEpoch, WorkQueueConfig)
 
 from raygroups.stack.runtime.ports import free_ports
 
@@ -165,6 +165,42 @@ def test_reject_goes_to_the_alternate_exactly_once():
             with pytest.raises(AcquireTimeout):
                 await dead[2].acquire(timeout=0.5)
             assert all(q.info()["rejected"] == 1 for q in queues)
+        finally:
+            await stop(chans)
+    asyncio.run(main())
+
+
+def test_the_lifecycle_on_channels():
+    """purge, delete, both overflow policies and a TTL on real Channels: every member
+    lists the same queues (``queues()``), and expiry uses the publishers' wall clocks."""
+    async def main():
+        _, _, chans = await start(3)
+        try:
+            q = [await c.queue("life", alternate="life.dead") for c in chans]
+            await q[0].publish_many([b"a", b"b", b"c"])
+            held = await q[1].acquire(timeout=10)
+            assert await q[2].purge() == 2
+            await held.accept()
+            capped = await chans[1].queue("capped", max_depth=1)
+            first = await capped.publish(b"1")
+            with pytest.raises(QueueFull):
+                await capped.publish(b"2")
+            assert await capped.republish(b"1", first[1]) == first  # stored once, not full
+            oldest = await chans[2].queue("oldest", alternate="life.dead", max_depth=1,
+                                          overflow="dead_letter_oldest")
+            await oldest.publish_many([b"1", b"2"])
+            timed = await chans[0].queue("timed", alternate="life.dead", ttl_s=0.3)
+            await timed.publish(b"late")
+            await until(lambda: all(c.queues.queues()["timed"]["expired"] == 1 for c in chans),
+                        10, "expired everywhere")
+            assert await capped.delete() == 1
+            with pytest.raises(NoSuchQueue):
+                await capped.publish(b"3")
+            await until(lambda: len({str(sorted(c.queues.queues().items())) for c in chans}) == 1,
+                        10, "the same queues everywhere")
+            listed = chans[0].queues.queues()
+            assert "capped" not in listed and listed["life"]["purged"] == 2
+            assert listed["oldest"]["overflowed"] == 1 and listed["life.dead"]["depth"] == 2
         finally:
             await stop(chans)
     asyncio.run(main())

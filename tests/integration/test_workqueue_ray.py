@@ -16,8 +16,8 @@ pytest_plugins = ["tests.ray_fixtures"]
 
 from raygroups.actors import Group  # noqa: E402
 from raygroups.actors.queue import WorkQueueHandle  # noqa: E402
-from raygroups.stack.workqueue import (AcquireTimeout, NotAcquired,  # noqa: E402
-                                       QueueOutcomeUnknown)
+from raygroups.stack.workqueue import (AcquireTimeout, NoSuchQueue,  # noqa: E402
+                                       NotAcquired, QueueFull, QueueOutcomeUnknown)
 
 WAIT_S = 60.0
 
@@ -104,6 +104,66 @@ def test_reject_goes_to_the_alternate_once(group):
     with pytest.raises(AcquireTimeout):
         dead.acquire(timeout_s=0.5)
     assert all(q.on(n).info().get("rejected") == 1 for n in names)
+
+
+def _until(pred, what: str, timeout: float = WAIT_S):
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, f"{what} not reached in {timeout}s"
+        time.sleep(0.05)
+
+
+def _drain(q) -> list:
+    got = q.acquire_many(100, timeout_s=1)
+    if got:
+        q.settle_many("accept", got)
+    return sorted(d.body for d in got)
+
+
+def test_the_lifecycle_through_the_group_api(group):
+    """g.queues(), purge, delete, both overflow policies and a TTL, through the Group handle
+    and its members: every member lists the same queues with the same figures."""
+    names = group.member_names()
+    q = group.queue("life", alternate="life.dead", member=names[0])
+    dead = group.queue("life.dead", member=names[3])
+    q.publish_many([b"a", b"b", b"c"])
+    held = q.acquire(timeout_s=10)
+    listed = group.queues(member=names[0])
+    assert listed["life"]["depth"] == 3 and listed["life"]["acquired"] == 1
+    assert listed["life"]["alternate"] == "life.dead" and "life.dead" in listed
+    assert q.purge() == 2  # what is available; the held one stays the consumer's
+    held.accept()
+    _until(lambda: all(group.queues(member=n)["life"]["purged"] == 2 and
+                       group.queues(member=n)["life"]["depth"] == 0 for n in names),
+           "every member saw the purge")
+    # overflow: reject_publish refuses, dead_letter_oldest moves the oldest to the alternate
+    capped = group.queue("life.capped", max_depth=2, member=names[1])
+    capped.publish_many([b"1", b"2"])
+    with pytest.raises(QueueFull):
+        capped.publish(b"3")
+    oldest = group.queue("life.oldest", alternate="life.dead", max_depth=2,
+                         overflow="dead_letter_oldest", member=names[2])
+    oldest.publish_many([b"1", b"2", b"3"])
+    info = group.queues(member=names[2])
+    assert info["life.oldest"]["overflow"] == "dead_letter_oldest"
+    assert info["life.oldest"]["overflowed"] == 1 and info["life.oldest"]["depth"] == 2
+    assert _drain(oldest) == [b"2", b"3"] and _drain(dead) == [b"1"]
+    # a TTL: what nobody acquired in time goes to the alternate
+    ttl = group.queue("life.ttl", alternate="life.dead", ttl_s=0.5, member=names[1])
+    ttl.publish(b"late")
+    _until(lambda: group.queues(member=names[3])["life.ttl"]["expired"] == 1, "the expiry")
+    assert _drain(dead) == [b"late"] and group.queues()["life.ttl"]["ttl_s"] == 0.5
+    # delete: gone everywhere; later calls and held deliveries raise NoSuchQueue
+    capped_held = capped.acquire(timeout_s=10)
+    assert capped.delete() == 2
+    with pytest.raises(NoSuchQueue):
+        capped.publish(b"4")
+    with pytest.raises(NoSuchQueue):
+        capped_held.accept()
+    _until(lambda: all("life.capped" not in group.queues(member=n) for n in names),
+           "every member deleted it")
+    listed = [group.queues(member=n) for n in names]
+    assert all(set(x) == set(listed[0]) for x in listed)
 
 
 def test_batches_settle_every_message_exactly_once(group):

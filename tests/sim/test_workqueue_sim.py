@@ -31,12 +31,18 @@ def one_view(drivers):
         all({a.uid for a in m.view.members} == uids for m in live)
 
 
-def start(sim, n=N, cfg=CFG):
+def start(sim, n=N, cfg=CFG, wq=WQ, **kw):
+    """``kw``: SimQueues' (listener, skew_s: a callable of the member's index), and
+    ``prepare(i, driver)``, called before the member runs."""
     drivers = []
+    skew = kw.pop("skew_s", lambda i: 0.0)
+    prepare = kw.pop("prepare", lambda i, d: None)
     for i in range(n):
         if i:
             sim.run_for(sim.rng.uniform(0, 0.01))
-        drivers.append(SimQueues(sim, sim.add_member("g", f"m{i}", cfg), WQ))
+        drivers.append(SimQueues(sim, sim.add_member("g", f"m{i}", cfg), wq,
+                                 skew_s=skew(i), **kw))
+        prepare(i, drivers[-1])
     sim.run_until(lambda: one_view(drivers) and all(d.active for d in drivers), 30,
                   "everyone active in one primary view")
     return drivers
@@ -58,10 +64,9 @@ class Workload:
                 continue
             if not draining and rng.random() < 0.5:
                 self.count += 1
-                self.h.publish(d, MAIN, b"job-%d" % self.count)
+                self.publish(d, b"job-%d" % self.count)
             if self.waiting.get(i, 0) < 2 and (draining or rng.random() < 0.4):
-                queue = ALT if rng.random() < (0.5 if draining else 0.2) else MAIN
-                self._acquire(i, d, queue, draining)
+                self._acquire(i, d, self.pick(draining), draining)
             held = self.held.get(i, [])
             if held and (draining or rng.random() < 0.6):
                 inc, dl = held.pop(rng.randrange(len(held)))
@@ -72,6 +77,13 @@ class Workload:
                     "release" if r < 0.8 else "reject" if dl.queue == MAIN else "release"
                 d.settle(op, dl, callback=lambda req, i=i, inc=inc, op=op, dl=dl:
                          self._settled(i, inc, op, dl, req))
+
+    def publish(self, d, body: bytes) -> None:
+        self.h.publish(d, MAIN, body)
+
+    def pick(self, draining: bool) -> str:
+        """The queue a consumer acquires from."""
+        return ALT if self.sim.rng.random() < (0.5 if draining else 0.2) else MAIN
 
     def _settled(self, i, inc, op, dl, req) -> None:
         self.h.settled(op, dl, req)
@@ -132,7 +144,6 @@ class Workload:
 def test_work_queue_history(sim_seed):
     sim = Simulation(sim_seed, SimOptions(loss=0.03, duplicate=0.01, reorder=0.03,
                                           delay_s=(0.0005, 0.003)), buggify=True)
-    rng = sim.rng
     h = QueueHistory(sim, MAIN, ALT)
     drivers = start(sim)
     create = drivers[0].create(MAIN, ALT)
@@ -140,6 +151,19 @@ def test_work_queue_history(sim_seed):
     assert create.error is None, create.error
     w = Workload(sim, h, drivers)
     w.run(0.5)
+    faults(sim, drivers, w)
+    w.run(0.5)
+    w.drain()
+    h.check([d.replica for d in drivers])
+    History(sim).check_primary()
+    assert h.calls["publish_ok"] > 0 and h.calls["accept_ok"] > 0, h.calls
+
+
+def faults(sim, drivers, w, between=lambda: None) -> None:
+    """One to three faults under the workload ``w`` (a crash, halves, a member isolated),
+    each healed, and every crashed member restarted at the end; ``between()`` runs after
+    each heal."""
+    rng = sim.rng
     crashed = []
     for _ in range(rng.randint(1, 3)):
         live = [d for d in drivers if d.member.alive]
@@ -164,15 +188,11 @@ def test_work_queue_history(sim_seed):
         # is a small one (say 2 of 5) would leave no majority of it, ever (seed 002)
         w.until(lambda: one_view(drivers) and all(d.member.view.primary for d in drivers
                                                   if d.member.alive), 30, "merged")
+        between()
     for d in crashed:
         d.restart()
     sim.run_until(lambda: one_view(drivers) and all(d.active for d in drivers), 60,
                   "one primary view, everyone active, after the last heal")
-    w.run(0.5)
-    w.drain()
-    h.check([d.replica for d in drivers])
-    History(sim).check_primary()
-    assert h.calls["publish_ok"] > 0 and h.calls["accept_ok"] > 0, h.calls
 
 
 @pytest.mark.seeds(20)

@@ -11,8 +11,8 @@ import pytest
 from raygroups.actors.batch import MAX_BATCH, MessageBatch, check_batch, take
 from raygroups.actors.queue import QueueHost
 from raygroups.stack import Address, Message
-from raygroups.stack.workqueue import (NotAcquired, QueueNotPrimary, QueueOutcomeUnknown,
-                                       StaleEpoch)
+from raygroups.stack.workqueue import (NoSuchQueue, NotAcquired, QueueNotPrimary,
+                                       QueueOutcomeUnknown, StaleEpoch)
 
 SEED = 1907
 A, B = Address(b"a" * 16, "m-a"), Address(b"b" * 16, "m-b")
@@ -147,6 +147,17 @@ def test_a_failed_batch_answers_each_delivery_for_itself_and_settles_none_twice(
                                       type(None)]
     assert q.settled == [(1, 1), (1, 4)]  # once each: the second try found them settled
     assert set(h.held) == {("jobs", (1, 3))} and set(h.holder) == {("jobs", (1, 3))}
+
+
+def test_deliveries_of_a_deleted_queue_answer_no_such_queue_and_are_forgotten():
+    """The queue was deleted (``q.delete()``): nothing of it can be settled any more, so the
+    member forgets what it held of it (and its lease stops counting them)."""
+    tokens = [(1, 1), (1, 2)]
+    q = Queue({t: NoSuchQueue("jobs") for t in tokens})
+    h = host_holding(tokens, q)
+    errs = asyncio.run(h.settle("jobs", "accept", [list(t) for t in tokens]))
+    assert [type(e) for e in errs] == [NoSuchQueue, NoSuchQueue]
+    assert h.held == {} and h.holder == {}
 
 
 class LeftThePrimary(Queue):

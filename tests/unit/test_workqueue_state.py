@@ -299,13 +299,14 @@ def test_replicas_reconcile_and_serve():
     bus.view()
     assert all(r.phase is Phase.ACTIVE for r in bus.replicas)
     a, b, c = bus.replicas
+    assert b.stats["batches_sent"] == 1  # its queue level (LEVEL), once per epoch
     done = []
     a.create("jobs", "jobs.dead", callback=done.append)
     reqs = [b.publish("jobs", b"%d" % i) for i in range(10)]
     bus.flush()
     assert done and done[0].error is None
     assert all(r.done and r.error is None for r in reqs)
-    assert b.stats["batches_sent"] == 1  # ten publishes in one turn: one multicast
+    assert b.stats["batches_sent"] == 2  # ten publishes in one turn: one multicast
     acq = c.acquire("jobs", 3)
     bus.flush()
     assert acq.done and [d.body for d in acq.result] == [b"0", b"1", b"2"]
