@@ -10,8 +10,8 @@ import pytest
 from raygroups.stack import StackConfig
 from raygroups.stack.sim import Simulation, SimOptions
 
-from .test_failures_sim import one_view
-from .test_gossip_sim import converged
+from .test_failures_sim import one_view, start_group
+from .test_gossip_sim import converged, form as gossip_form
 
 LAN = StackConfig.lan()
 GOSSIP_LAN = StackConfig.lan(membership="gossip")
@@ -19,13 +19,9 @@ DETECT_S = 0.3
 
 
 def form(sim, n, cfg, agreed):
-    members = [sim.add_member("g", "m0", cfg)]
-    sim.run_until(lambda: members[0].view is not None, 10, "founding")
-    for i in range(1, n):
-        sim.run_for(sim.rng.uniform(0, 0.02))
-        members.append(sim.add_member("g", f"m{i}", cfg))
-    sim.run_until(lambda: agreed(members), 60, f"{n} members agree")
-    sim.run_for(1.0)  # every watch connection up
+    """n members agreeing (views: one view; gossip: every list), every watch connection up."""
+    members = start_group(sim, n, config=cfg) if agreed is one_view else gossip_form(sim, n, cfg)
+    sim.run_for(1.0)
     return members
 
 
