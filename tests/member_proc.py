@@ -3,7 +3,7 @@
     python -m tests.member_proc --cluster C --name N --bind 10.213.x.y --port P \
         [--hosts h1:p1,h2:p2,...] [--transport udp|tcp] [--no-ip-mcast] \
         [--preset local|lan|wan] [--mcast-port M] [--membership views|gossip] \
-        [--expected N] [--discovery URL] [--tie-breaker none|store] [--faults] \
+        [--expected N] [--discovery URL] [--tie-breaker none|store] [--no-fd-sock] [--faults] \
         [--drop-up P] [--drop-down P] [--log]
 
 Connects a Channel (static discovery with --hosts, store discovery with --discovery, IP
@@ -185,6 +185,15 @@ class LoopbackMembers:
                 out.append(f"--- {path} (exit {p.poll()})\n{text[-6000:]}")
         return "\n".join(out)
 
+    def stats(self, members: Sequence[int], timeout: float = 30.0) -> dict:
+        """{i: channel.stats()} of each listed member, asked through its stdin."""
+        before = {i: len(self.events(i, "stats")) for i in members}
+        for i in members:
+            self.command(i, "stats")
+        self.wait(lambda: all(len(self.events(i, "stats")) > before[i] for i in members),
+                  timeout, "stats", live=members)
+        return {i: self.events(i, "stats")[-1]["stats"] for i in members}
+
     # -- control ----------------------------------------------------------------------
     def command(self, i: int, line: str) -> None:
         p = self.procs[i]
@@ -236,6 +245,8 @@ async def main(args: argparse.Namespace) -> int:
         options["discovery"] = args.discovery
     if args.tie_breaker:
         options["primary__tie_breaker"] = args.tie_breaker
+    if args.no_fd_sock:
+        options["fd_sock__enabled"] = False
     if args.faults or args.drop_up or args.drop_down:
         options["faults__drop_up"] = args.drop_up
         options["faults__drop_down"] = args.drop_down
@@ -327,6 +338,8 @@ if __name__ == "__main__":
     ap.add_argument("--discovery", default="", help="discovery store URL (file:///dir, ...)")
     ap.add_argument("--tie-breaker", choices=("none", "store"), default=None,
                     help="primary__tie_breaker (an even split's lease in the discovery store)")
+    ap.add_argument("--no-fd-sock", action="store_true",
+                    help="fd_sock__enabled=False: SWIM's timers alone detect crashes")
     ap.add_argument("--faults", action="store_true",
                     help="insert the fault layer (for cut/heal on stdin)")
     ap.add_argument("--drop-up", type=float, default=0.0, help="fault layer: drop received")

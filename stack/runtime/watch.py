@@ -93,19 +93,22 @@ class Watch:
         self.server = await self.loop.create_server(lambda: _Accepted(self), sock=lsock)
 
     def accept(self, transport: asyncio.Transport, body: bytes) -> bool:
-        """A watcher's opened hello on ``transport``: answer and keep it (True), or close
-        it (False: not a watch hello, not for us, too many)."""
+        """A watcher's opened hello on ``transport``: answer and keep it (True; with a BYE
+        too once we are leaving), or close it (False: not a watch hello, not for us, too
+        many)."""
         try:
             magic, (_watcher, target) = body[:4], msgpack.unpackb(body[4:])
         except Exception:
             magic = target = None
-        if magic != WATCH or target != self.uid or not self.uid or self.bye \
+        if magic != WATCH or target != self.uid or not self.uid \
                 or len(self.accepted) >= MAX_ACCEPTED:
             self.stats["watch_refused"] += 1
             transport.abort()
             return False
         self.accepted.add(transport)
         transport.write(frame(self.seal(ACK + msgpack.packb([self.uid]))))
+        if self.bye:  # a watcher that came while we leave: it is told at once
+            transport.write(frame(self.seal(BYE)))
         self.stats["watch_accepted"] += 1
         return True
 

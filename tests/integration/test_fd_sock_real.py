@@ -16,22 +16,12 @@ N = 4
 DEADLINE = 30.0
 
 
-def stats(g: LoopbackMembers, members: list) -> dict:
-    """{index: channel.stats()} of each member, asked through its stdin."""
-    before = {i: len(g.events(i, "stats")) for i in members}
-    for i in members:
-        g.command(i, "stats")
-    g.wait(lambda: all(len(g.events(i, "stats")) > before[i] for i in members), DEADLINE,
-           "stats", live=members)
-    return {i: g.events(i, "stats")[-1]["stats"] for i in members}
-
-
 def formed(g: LoopbackMembers) -> None:
     g.start(stagger=0.2)
     g.wait_all(lambda v: len(v["members"]) == N, timeout=DEADLINE, what=f"{N}-member view",
                same=False)
     time.sleep(1.0)  # every watch connection up
-    up = stats(g, list(range(N)))
+    up = g.stats(list(range(N)))
     assert sum(s["fd_sock"].get("connected", 0) >= 1 for s in up.values()) == N, up
 
 
@@ -48,7 +38,7 @@ def test_kill9_is_excluded_through_the_lost_watch_connection(transport, membersh
         g.wait_all(lambda v: name not in v["members"] and len(v["members"]) == N - 1,
                    survivors, timeout=DEADLINE, what=f"lists without {name}",
                    same=membership == "views")
-        after = stats(g, survivors)
+        after = g.stats(survivors)
         fd = {g.names[i]: s["fd_sock"] for i, s in after.items()}
         swim = {g.names[i]: s["swim"] for i, s in after.items()}
         # exactly one member watched it, saw its connection close and verified the death
@@ -76,6 +66,6 @@ def test_a_leaver_says_goodbye_and_is_not_suspected():
         g.wait_all(lambda v: name not in v["members"], rest, timeout=DEADLINE,
                    what=f"view without {name}")
         time.sleep(0.5)  # its sockets closed meanwhile
-        after = stats(g, rest)
+        after = g.stats(rest)
         assert all(s["fd_sock"].get("suspected", 0) == 0 for s in after.values()), after
         assert all(s["swim"].get("verified_dead", 0) == 0 for s in after.values()), after

@@ -120,3 +120,15 @@ def test_a_stranger_without_the_key_is_refused_and_a_closed_watch_reports_nothin
         assert w.events == ["up"]
         await close(a, b)
     asyncio.run(main())
+
+
+def test_a_watcher_that_comes_while_the_member_leaves_is_told_at_once():
+    async def main():
+        a, b = await member(A, "tcp", KEY), await member(B, "tcp", KEY)
+        b.watch.leaving()
+        w = watch(a, b, B)
+        assert await until(lambda: w.events == ["up"])
+        await b.close()
+        assert await until(lambda: w.events == ["up", "left"])
+        await a.close()
+    asyncio.run(main())
