@@ -21,9 +21,11 @@ multicast discovery without either) and prints one JSON line per event on stdout
 
 Commands on stdin, one a line: ``send <text>`` (multicast to the view; in the background,
 so a send that waits for a primary component does not hold up other commands), ``leave``,
-``stats`` (print ``channel.stats()``), and with the fault layer (``--faults``, or any
-``--drop-*``): ``cut <name>,<name>,...`` (drop everything received from those members, as
-``Faults.drop_from``; names of members seen in a view or by discovery so far) and ``heal``.
+``stats`` (print ``channel.stats()``), ``reset-watchers`` (reset the FD_SOCK connections
+of the members watching this one, as a middlebox would, while it stays up), and with the
+fault layer (``--faults``, or any ``--drop-*``): ``cut <name>,<name>,...`` (drop everything
+received from those members, as ``Faults.drop_from``; names of members seen in a view or
+by discovery so far) and ``heal``.
 ``--preset`` picks the timer preset (``StackConfig.local`` by default, ``lan`` for the LAN
 defaults); ``--bind`` and ``--port`` override its address either way.
 Run with the repository root as the working directory (``python -m``).
@@ -38,6 +40,8 @@ import json
 import os
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -229,6 +233,18 @@ class LoopbackMembers:
             shutil.rmtree(self.logdir, ignore_errors=True)
 
 
+def reset_watchers(ch: Channel) -> int:
+    """Reset (RST, as a middlebox would) the FD_SOCK connections our watchers opened to us,
+    while this member stays up; returns how many."""
+    watch = ch.runtime.watch
+    hit = list(watch.accepted) if watch is not None else []
+    for t in hit:
+        t.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                              struct.pack("ii", 1, 0))
+        t.abort()
+    return len(hit)
+
+
 async def main(args: argparse.Namespace) -> int:
     options = dict(bind_addr=args.bind, port=args.port)
     if args.hosts:
@@ -299,6 +315,8 @@ async def main(args: argparse.Namespace) -> int:
             task.add_done_callback(sends.discard)
         elif cmd == "stats":
             emit("stats", stats=ch.stats())
+        elif cmd == "reset-watchers":
+            emit("ok", cmd=cmd, reset=reset_watchers(ch))
         elif cmd in ("cut", "heal"):
             try:
                 faults = ch.stack.layer("faults")
