@@ -87,3 +87,20 @@ def test_a_leaver_is_not_suspected(sim_seed):
     fd = watcher.stack.layer("fd_sock").stats
     assert fd["suspected"] == 0, f"{dict(fd)}; seed {sim_seed}"
     assert leaver.left.reason == "left"
+
+
+@pytest.mark.seeds(5)
+def test_a_vanished_host_sends_no_close_and_is_left_to_swims_timers(sim_seed):
+    """A member cut off by a partition, then crashed behind it: no FIN crosses, so its
+    watcher hears nothing and SWIM's timers exclude it (later than FD_SOCK would)."""
+    sim = Simulation(sim_seed, SimOptions(delay_s=(0.0002, 0.001)))
+    members = form(sim, sim.rng.randint(3, 6), LAN, one_view)
+    victim = sim.rng.choice(members)
+    watcher = watcher_of(members, victim)
+    t0 = sim.now
+    sim.partition([m for m in members if m is not victim], [victim])
+    sim.crash(victim)
+    sim.run_until(lambda: one_view(members), 10, f"{victim.name} excluded")
+    assert sim.now - t0 > DETECT_S
+    fd = watcher.stack.layer("fd_sock").stats
+    assert fd["suspected"] == 0 and not any(k.startswith("lost_") for k in fd), dict(fd)
