@@ -3,7 +3,8 @@ preset timers: a crashed member's watch connection closes at once, so it is excl
 within 0.3 simulated seconds (SWIM's timers alone need a missed probe and a suspicion
 timeout, 0.5-1.5 s) in views and gossip modes; a member whose watch connection a middlebox
 resets while it stays reachable is never excluded (the verification reaches it); a member
-that leaves is not suspected. Simulated time is deterministic, so the 0.3 s bounds are
+that leaves is not suspected; one that vanishes behind a partition sends no close and is
+left to SWIM's timers. Simulated time is deterministic, so the 0.3 s bounds are
 asserted."""
 import pytest
 
