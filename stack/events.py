@@ -148,6 +148,16 @@ class MemberDead:
 
 
 @dataclass
+class ConnectionLost:
+    """FD_SOCK (stack/fd_sock.py) -> SWIM: the watch connection to ``addr`` closed (EOF or
+    reset, ``reason``) without a goodbye from it. SWIM suspects it at once and verifies:
+    it is excluded only if neither it nor the members asked to probe it answer. SWIM
+    answers True when it started a verification."""
+    addr: Address
+    reason: str = "reset"
+
+
+@dataclass
 class MembersChanged:
     """Gossip mode: SWIM's own member list changed (sent up, in address order)."""
     members: tuple

@@ -88,6 +88,50 @@ class _Timer:
 _UNCANCELLED = _Timer()  # the handle of every packet arrival: nobody cancels one
 
 
+class _WatchConn:
+    """A simulated FD_SOCK watch connection (``SimWatch.open``): TCP between two members,
+    so no loss; it closes when its target's process ends."""
+    __slots__ = ("sim", "watcher", "w_inc", "target", "t_inc", "uid", "on_up", "on_lost",
+                 "state", "bye")
+
+    def __init__(self, sim, watcher, target, uid, on_up, on_lost):
+        self.sim, self.watcher, self.w_inc, self.target = sim, watcher, watcher.incarnation, target
+        self.t_inc, self.uid, self.on_up, self.on_lost = 0, uid, on_up, on_lost
+        self.state, self.bye = "connecting", False
+
+    def close(self) -> None:
+        """The watcher closed it (a re-pick, its stack stopped)."""
+        self.state = "closed"
+        self.sim.watches.discard(self)
+
+    def report(self, fn, *args) -> Callable[[], None]:
+        """``fn(*args)`` on the watcher, unless its incarnation ended or it closed this."""
+        def run() -> None:
+            w = self.watcher
+            if w.alive and w.incarnation == self.w_inc and self.state != "closed":
+                if fn is self.on_lost:
+                    self.close()
+                fn(*args)
+        return run
+
+
+class SimWatch:
+    """``Host.watch`` of a simulated member (stack/fd_sock.py): connections modelled by
+    ``Simulation`` from its own stream of the seed. A crashed member's connections close at
+    once (the watcher hears "reset" one link delay later, "left" after a BYE); across a
+    partition or a cut link nothing arrives, as from a host that vanished;
+    ``Simulation.reset_watch`` is a middlebox resetting one connection."""
+
+    def __init__(self, member: "SimMember"):
+        self.member = member
+
+    def open(self, phys, uid: bytes, on_up, on_lost) -> _WatchConn:
+        return self.member.sim._watch_open(self.member, phys, uid, on_up, on_lost)
+
+    def leaving(self) -> None:
+        self.member.sim._watch_bye(self.member)
+
+
 class SimMember:
     """One simulated member. Survives crash/restart: ``address`` changes per incarnation."""
 
@@ -111,6 +155,7 @@ class SimMember:
             if skew else 0.0
         # Host.store: this member's client of the simulation's one discovery store
         self.store = ScheduledStoreClient(sim.store, self._schedule_own, sim._store_delay)
+        self.watch = SimWatch(self)  # Host.watch: FD_SOCK's connections
 
     # Host protocol ------------------------------------------------------------------------
     def now(self) -> float:
@@ -148,6 +193,7 @@ class SimMember:
         """Runs after the stack's pending flush (e.g. the last VIEW_ACK) went out."""
         self.stack.stop()
         self.alive = False
+        self.sim._watch_closed(self)
 
     def deliver_messages(self, batch: list) -> None:
         if self.sim.options.history:
@@ -218,6 +264,9 @@ class Simulation:
         self.dropped = 0
         self.store = MemoryStore()  # the discovery store; ``store.unavailable`` is an outage
         self._store_rng = random.Random(f"{seed}:store")  # store latency draws only
+        self._watch_rng = random.Random(f"{seed}:watch")  # FD_SOCK connections' draws only
+        self.watches: set = set()  # established _WatchConn
+        self.watch_connect_timeout_s = 1.0  # a connect across a partition fails after this
 
     def _store_delay(self) -> float:
         return self._store_rng.uniform(*self.options.store_delay_s)
@@ -343,7 +392,64 @@ class Simulation:
     def crash(self, m: SimMember) -> None:
         if m.alive:
             m.stack.stop()
+            m.alive = False
+            self._watch_closed(m)
         m.alive = False
+
+    # FD_SOCK's watch connections ----------------------------------------------------------
+    def severed(self, a: SimMember, b: SimMember) -> bool:
+        """A partition or a cut link lies between a and b."""
+        return (self.groups is not None and self.groups.get(a) != self.groups.get(b)) or \
+            (bool(self.cuts) and frozenset((a, b)) in self.cuts)
+
+    def _watch_delay(self) -> float:
+        return self._watch_rng.uniform(*self.options.delay_s)
+
+    def _watch_open(self, m: SimMember, phys, uid: bytes, on_up, on_lost) -> _WatchConn:
+        conn = _WatchConn(self, m, self.by_phys.get(tuple(phys)), uid, on_up, on_lost)
+        self._schedule(2 * self._watch_delay(), lambda: self._watch_connect(conn), m)
+        return conn
+
+    def _watch_connect(self, conn: _WatchConn) -> None:
+        t, w = conn.target, conn.watcher
+        if conn.state == "closed" or not w.alive or w.incarnation != conn.w_inc:
+            return
+        if t is not None and self.severed(w, t):
+            self._schedule(self.watch_connect_timeout_s,
+                           conn.report(conn.on_lost, "unreachable"), w)
+        elif t is None or not t.alive or t.stack.local.uid != conn.uid or \
+                not t.config.fd_sock.enabled:
+            conn.report(conn.on_lost, "refused")()  # nobody listens, or another member
+        else:
+            conn.state, conn.t_inc = "up", t.incarnation
+            self.watches.add(conn)
+            conn.on_up()
+
+    def _watch_closed(self, m: SimMember) -> None:
+        """m's process ended: the kernel closes its connections. Its watchers hear of it
+        one link delay later, unless a partition or cut lies between (no FIN arrives: the
+        connection stays open, silently dead, on the watcher's side)."""
+        for conn in [c for c in self.watches if c.target is m or c.watcher is m]:
+            if conn.watcher is m:
+                self.watches.discard(conn)
+            elif conn.t_inc == m.incarnation and not self.severed(conn.watcher, m):
+                self.watches.discard(conn)
+                self._schedule(self._watch_delay(), conn.report(
+                    conn.on_lost, "left" if conn.bye else "reset"), conn.watcher)
+
+    def _watch_bye(self, m: SimMember) -> None:
+        for conn in self.watches:
+            if conn.target is m and not self.severed(conn.watcher, m):
+                conn.bye = True
+
+    def reset_watch(self, watcher: SimMember, target: SimMember) -> int:
+        """A middlebox resets the watch connections from ``watcher`` to ``target`` (both
+        stay up and reachable); returns how many it reset."""
+        hit = [c for c in self.watches if c.watcher is watcher and c.target is target]
+        for conn in hit:
+            self.watches.discard(conn)
+            self._schedule(self._watch_delay(), conn.report(conn.on_lost, "reset"), watcher)
+        return len(hit)
 
     def restart(self, m: SimMember) -> None:
         """A new incarnation: fresh UUID, same name and physical address."""

@@ -28,8 +28,9 @@ from operator import attrgetter, itemgetter
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .events import (AddPhysical, DiscoveryTargets, EmitTo, GetPhysical, Leave, MemberDead,
-                     MembersChanged, Subscribe, Suspect, Unsuspect, ViewInstalled)
+from .events import (AddPhysical, ConnectionLost, DiscoveryTargets, EmitTo, GetPhysical,
+                     Leave, MemberDead, MembersChanged, Subscribe, Suspect, Unsuspect,
+                     ViewInstalled)
 from .layer import Layer
 from .message import CONTROL, NO_LOOPBACK, Message
 from .swim_reconnect import DeadMembers
@@ -40,8 +41,10 @@ STATE_CHUNK = 400  # member entries per state message (one bundle holds ~1,000 s
 ADD, SUSPECT, ALIVE, REMOVE = range(4)
 ALIVE_S, SUSPECT_S, DEAD_S = range(3)
 LEFT = 1  # a REMOVE's extra when its member left (UNSUBSCRIPTION): not reconnected
+VERIFIED = 2  # a REMOVE's extra after a lost watch connection that nobody could refute
 # A rumor on the wire: [kind, uid, incarnation, extra, rounds left, creation time]; extra is
-# the suspecter's uid (SUSPECT), [name, host, port] or None (ADD, ALIVE), None or LEFT (REMOVE)
+# the suspecter's uid (SUSPECT), [name, host, port] or None (ADD, ALIVE), None, LEFT or
+# VERIFIED (REMOVE)
 
 
 @dataclass
@@ -112,10 +115,12 @@ class _Node:
 
 
 class _Probe:
-    __slots__ = ("target", "acked", "nacks", "asked")
+    __slots__ = ("target", "acked", "nacks", "asked", "verify", "due")
 
     def __init__(self, target):
         self.target, self.acked, self.nacks, self.asked = target, False, 0, 0
+        self.verify = None  # a verification after a lost connection: the target's incarnation
+        self.due = False    # (verification) the direct ping had its probe timeout
 
 
 _uid = attrgetter("uid")  # Address order, compared in C
@@ -333,6 +338,8 @@ class Swim(Layer):
             p = self.probes.get(seq)
             if p is not None:
                 p.nacks += 1
+                if p.verify is not None:
+                    self._verdict(seq)
         elif typ == SUBSCRIBE:
             self._on_subscribe(sender, h[2], h[3])
         elif typ == UNSUBSCRIBE:
@@ -471,13 +478,14 @@ class Swim(Layer):
             self._arm(n)
             return True
         if kind == REMOVE:
-            if self._recently_heard(n):
+            if self._recently_heard(n, extra):
                 self.stats["remove_overruled"] += 1
                 if n.state == ALIVE_S:
                     n.state, n.since, n.confirm = SUSPECT_S, self.ctx.now(), {extra}
                     self._arm(n)
                 return True  # still spread it: the member itself will refute
-            self._declare_dead(n, "left" if extra == LEFT else "swim")
+            self._declare_dead(n, "left" if extra == LEFT else
+                               "connection lost" if extra == VERIFIED else "swim")
             return True
         return False
 
@@ -485,9 +493,12 @@ class Swim(Layer):
         n = self.nodes.get(addr)
         return n is not None and inc > n.inc
 
-    def _recently_heard(self, n: _Node) -> bool:
-        return (self.config.mode == "views"
-                and self.ctx.now() - n.heard < self.config.verify_window_s)
+    def _recently_heard(self, n: _Node, extra=None) -> bool:
+        """Views mode: we heard from ``n`` too recently to take a REMOVE of it. For a
+        VERIFIED one (its sender pinged it, with k others, for a probe timeout before it
+        made it), anything heard within a probe timeout was sent while that went on."""
+        window = self.config.probe_timeout_s if extra == VERIFIED else self.config.verify_window_s
+        return self.config.mode == "views" and self.ctx.now() - n.heard < window
 
     def _deny(self, inc: int, sender) -> None:
         """A suspicion or a death of ours reached us. At our incarnation or above: refute
@@ -586,6 +597,66 @@ class Swim(Layer):
         if self.active:
             members = tuple(sorted([self.ctx.local, *self.nodes], key=_uid))
             self.above.up_event(MembersChanged(members))
+
+    # -- FD_SOCK: a lost watch connection (stack/fd_sock.py) -----------------------------
+    def _connection_lost(self, addr) -> bool:
+        """Suspect ``addr`` at once (a SUSPECT multicast now, not piggybacked), then verify
+        as a missed probe is verified, but all at once: ping it and ask ``indirect_probes``
+        others to ping it. It is dead (a VERIFIED REMOVE, multicast) only when, a probe
+        timeout on, it has not answered us and every helper answered NACK. An answer, to us
+        or to a helper, leaves it to refute the suspicion as any; a helper that does not
+        answer either (we may be the one cut off) leaves the suspicion to its timeout."""
+        n = self.nodes.get(addr)
+        if n is None or n.state == DEAD_S or not self.active or self.leaving is not None:
+            return False
+        cfg, me = self.config, self.ctx.local.uid
+        self.stats["connection_lost"] += 1
+        if n.state == ALIVE_S or me not in n.confirm:
+            self.stats["suspicions" if n.state == ALIVE_S else "confirmations"] += 1
+            rumor = self._rumor(SUSPECT, addr.uid, n.inc, me)
+            self._originate(rumor)
+            self.below.down(Message(None, b"", CONTROL | NO_LOOPBACK, {7: [RUMORS, 0, [rumor]]}))
+        self.seq += 1
+        seq = self.seq
+        p = self.probes[seq] = _Probe(addr)
+        p.verify = n.inc
+        others = [a for a, o in self.nodes.items() if a != addr and o.state == ALIVE_S]
+        helpers = self.ctx.rng.sample(others, min(cfg.indirect_probes, len(others)))
+        p.asked = len(helpers)
+        self._send(addr, [PING, seq, None])
+        for h in helpers:
+            self._send(h, [PING_REQ, seq, addr.uid])
+        self.stats["indirect_probes"] += len(helpers)
+        self.ctx.schedule(cfg.probe_timeout_s, lambda: self._verify_due(seq))
+        self.ctx.schedule(3 * cfg.probe_timeout_s, lambda: self._verify_end(seq))
+        return True
+
+    def _verify_due(self, seq: int) -> None:
+        p = self.probes.get(seq)
+        if p is not None:
+            p.due = True
+            self._verdict(seq)
+
+    def _verdict(self, seq: int) -> None:
+        p = self.probes[seq]
+        if p.acked or not p.due or not p.asked or p.nacks < p.asked:
+            return
+        del self.probes[seq]
+        n = self.nodes.get(p.target)
+        if n is None or n.state == DEAD_S or n.inc != p.verify:
+            return
+        if self._recently_heard(n, VERIFIED):  # it spoke to us meanwhile (no ack of this)
+            self.stats["verify_heard"] += 1
+        else:
+            self.stats["verified_dead"] += 1
+            rumor = self._rumor(REMOVE, n.addr.uid, n.inc, VERIFIED)
+            self.below.down(Message(None, b"", CONTROL | NO_LOOPBACK, {7: [RUMORS, 0, [rumor]]}))
+            self._originate(rumor)
+
+    def _verify_end(self, seq: int) -> None:
+        p = self.probes.pop(seq, None)
+        if p is not None:
+            self.stats["verify_answered" if p.acked else "verify_inconclusive"] += 1
 
     # -- gossip-mode membership -----------------------------------------------------------
     def _subscribe(self, contact) -> None:
@@ -758,6 +829,8 @@ class Swim(Layer):
                 n.heard = -1e9  # an external, confirmed verdict (Ray): no verification wait
                 self._originate(self._rumor(REMOVE, n.addr.uid, n.inc, None))
             return n is not None
+        elif t is ConnectionLost:
+            return self._connection_lost(ev.addr)
         elif t is Subscribe:
             if ev.contact is None and self.active:
                 self._unsubscribe()

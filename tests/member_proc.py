@@ -3,7 +3,7 @@
     python -m tests.member_proc --cluster C --name N --bind 10.213.x.y --port P \
         [--hosts h1:p1,h2:p2,...] [--transport udp|tcp] [--no-ip-mcast] \
         [--preset local|lan|wan] [--mcast-port M] [--membership views|gossip] \
-        [--expected N] [--discovery URL] [--tie-breaker none|store] [--faults] \
+        [--expected N] [--discovery URL] [--tie-breaker none|store] [--no-fd-sock] [--faults] \
         [--drop-up P] [--drop-down P] [--log]
 
 Connects a Channel (static discovery with --hosts, store discovery with --discovery, IP
@@ -21,9 +21,11 @@ multicast discovery without either) and prints one JSON line per event on stdout
 
 Commands on stdin, one a line: ``send <text>`` (multicast to the view; in the background,
 so a send that waits for a primary component does not hold up other commands), ``leave``,
-``stats`` (print ``channel.stats()``), and with the fault layer (``--faults``, or any
-``--drop-*``): ``cut <name>,<name>,...`` (drop everything received from those members, as
-``Faults.drop_from``; names of members seen in a view or by discovery so far) and ``heal``.
+``stats`` (print ``channel.stats()``), ``reset-watchers`` (reset the FD_SOCK connections
+of the members watching this one, as a middlebox would, while it stays up), and with the
+fault layer (``--faults``, or any ``--drop-*``): ``cut <name>,<name>,...`` (drop everything
+received from those members, as ``Faults.drop_from``; names of members seen in a view or
+by discovery so far) and ``heal``.
 ``--preset`` picks the timer preset (``StackConfig.local`` by default, ``lan`` for the LAN
 defaults); ``--bind`` and ``--port`` override its address either way.
 Run with the repository root as the working directory (``python -m``).
@@ -38,6 +40,8 @@ import json
 import os
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -185,6 +189,15 @@ class LoopbackMembers:
                 out.append(f"--- {path} (exit {p.poll()})\n{text[-6000:]}")
         return "\n".join(out)
 
+    def stats(self, members: Sequence[int], timeout: float = 30.0) -> dict:
+        """{i: channel.stats()} of each listed member, asked through its stdin."""
+        before = {i: len(self.events(i, "stats")) for i in members}
+        for i in members:
+            self.command(i, "stats")
+        self.wait(lambda: all(len(self.events(i, "stats")) > before[i] for i in members),
+                  timeout, "stats", live=members)
+        return {i: self.events(i, "stats")[-1]["stats"] for i in members}
+
     # -- control ----------------------------------------------------------------------
     def command(self, i: int, line: str) -> None:
         p = self.procs[i]
@@ -220,6 +233,18 @@ class LoopbackMembers:
             shutil.rmtree(self.logdir, ignore_errors=True)
 
 
+def reset_watchers(ch: Channel) -> int:
+    """Reset (RST, as a middlebox would) the FD_SOCK connections our watchers opened to us,
+    while this member stays up; returns how many."""
+    watch = ch.runtime.watch
+    hit = list(watch.accepted) if watch is not None else []
+    for t in hit:
+        t.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                              struct.pack("ii", 1, 0))
+        t.abort()
+    return len(hit)
+
+
 async def main(args: argparse.Namespace) -> int:
     options = dict(bind_addr=args.bind, port=args.port)
     if args.hosts:
@@ -236,6 +261,8 @@ async def main(args: argparse.Namespace) -> int:
         options["discovery"] = args.discovery
     if args.tie_breaker:
         options["primary__tie_breaker"] = args.tie_breaker
+    if args.no_fd_sock:
+        options["fd_sock__enabled"] = False
     if args.faults or args.drop_up or args.drop_down:
         options["faults__drop_up"] = args.drop_up
         options["faults__drop_down"] = args.drop_down
@@ -288,6 +315,8 @@ async def main(args: argparse.Namespace) -> int:
             task.add_done_callback(sends.discard)
         elif cmd == "stats":
             emit("stats", stats=ch.stats())
+        elif cmd == "reset-watchers":
+            emit("ok", cmd=cmd, reset=reset_watchers(ch))
         elif cmd in ("cut", "heal"):
             try:
                 faults = ch.stack.layer("faults")
@@ -327,6 +356,8 @@ if __name__ == "__main__":
     ap.add_argument("--discovery", default="", help="discovery store URL (file:///dir, ...)")
     ap.add_argument("--tie-breaker", choices=("none", "store"), default=None,
                     help="primary__tie_breaker (an even split's lease in the discovery store)")
+    ap.add_argument("--no-fd-sock", action="store_true",
+                    help="fd_sock__enabled=False: SWIM's timers alone detect crashes")
     ap.add_argument("--faults", action="store_true",
                     help="insert the fault layer (for cut/heal on stdin)")
     ap.add_argument("--drop-up", type=float, default=0.0, help="fault layer: drop received")

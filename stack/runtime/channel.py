@@ -65,7 +65,7 @@ class Channel:
         # store discovery: the store client, a bootstrap file's identity (uid, name, port)
         cfg, uid, self.name, store = await prepare_channel(self.config, self.cluster,
                                                            self.name, self._named, self._store)
-        self.runtime = Runtime(cfg.transport, cfg.needs_mcast_socket)
+        self.runtime = Runtime(cfg.transport, cfg.needs_mcast_socket, watch=cfg.fd_sock.enabled)
         self.runtime.store = store
         await self.runtime.start()
         rng = random.Random(int.from_bytes(os.urandom(16), "big"))

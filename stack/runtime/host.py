@@ -10,6 +10,7 @@ from typing import Any, Callable, Optional
 from ..layer import MCAST
 from ..transport import TransportConfig
 from . import tcp, udp
+from .watch import Watch
 
 PORT_ATTEMPTS = 16
 
@@ -38,9 +39,12 @@ class Runtime:
     source of a multicast discovery ping is the sender's listen address.
     """
 
-    def __init__(self, config: TransportConfig, use_mcast: bool):
+    def __init__(self, config: TransportConfig, use_mcast: bool, watch: bool = False):
         self.config = config
         self.use_mcast = use_mcast
+        self.watching = watch
+        self.watch: Optional[Watch] = None
+        """Host.watch: FD_SOCK's watch connections (``watch=True``), else None."""
         self.stats: Counter = Counter()
         self.local_phys: Optional[tuple] = None
         self.loop: Optional[asyncio.AbstractEventLoop] = None
@@ -57,8 +61,16 @@ class Runtime:
         cfg = self.config
         if cfg.gc_threshold:
             raise_gc_threshold(cfg.gc_threshold)
+        wsock = None  # UDP with FD_SOCK: the watch listen socket, on the UDP port number
         if cfg.kind == "tcp":
             lsock, usock = self._bind_tcp()
+        elif cfg.kind == "udp" and self.watching:
+            lsock = None
+            try:
+                wsock, usock = self._bind_tcp(udp_too=True)
+            except OSError:  # a fixed port whose TCP side is taken: watch others, unwatched
+                self.stats["watch_no_listen"] = 1
+                usock = self._unicast(cfg.port)
         elif cfg.kind == "udp":
             lsock, usock = None, self._unicast(cfg.port)
         else:
@@ -72,9 +84,9 @@ class Runtime:
                     msock = udp.mcast_socket(cfg.mcast_addr, cfg.mcast_port, cfg.bind_addr,
                                              cfg.recv_buffer)
                 except OSError:
-                    usock.close()
-                    if lsock is not None:
-                        lsock.close()
+                    for s in (usock, lsock, wsock):
+                        if s is not None:
+                            s.close()
                     raise
             self.udp = udp.Udp(loop, usock, msock, self.stats, self._unattached)
         if lsock is not None:
@@ -82,18 +94,26 @@ class Runtime:
                                self._unattached)
             self.tcp.secure_pending = cfg.cluster_key is not None  # until attach()
             await self.tcp.start()
+        if self.watching:
+            self.watch = Watch(loop, cfg.bind_addr, self.stats)
+            self.watch.secure_pending = cfg.cluster_key is not None  # until attach()
+            if wsock is not None:
+                await self.watch.serve(wsock)
+            elif self.tcp is not None:
+                self.tcp.watch = self.watch
 
     def _unicast(self, port: int):
         cfg = self.config
         return udp.unicast_socket(cfg.bind_addr, port, cfg.recv_buffer, cfg.send_buffer,
                                   cfg.mcast_ttl)
 
-    def _bind_tcp(self) -> tuple:
-        """The listen socket, plus a UDP socket on the same port number if multicast is used."""
+    def _bind_tcp(self, udp_too: bool = False) -> tuple:
+        """The listen socket, plus a UDP socket on the same port number if multicast is
+        used (or ``udp_too``: the UDP transport's, beside FD_SOCK's watch socket)."""
         cfg = self.config
         for _ in range(PORT_ATTEMPTS):
             lsock = tcp.listen_socket(cfg.bind_addr, cfg.port)
-            if not self.use_mcast:
+            if not self.use_mcast and not udp_too:
                 return lsock, None
             try:
                 return lsock, self._unicast(lsock.getsockname()[1])
@@ -113,6 +133,9 @@ class Runtime:
                 part.receive = stack.receive
         if self.tcp is not None and auth is not None:
             self.tcp.secure(auth)
+        if self.watch is not None:
+            self.watch.uid = stack.local.uid
+            self.watch.auth, self.watch.secure_pending = auth, False
 
     def _unattached(self, data: bytes, src: Any) -> None:
         self.stats["dropped_unattached"] += 1
@@ -133,7 +156,7 @@ class Runtime:
         in flight (a leaving coordinator's delete) get up to 2 s to finish."""
         if self.store is not None and hasattr(self.store, "drain"):
             await self.store.drain(2.0)
-        for part in (self.udp, self.tcp):
+        for part in (self.udp, self.tcp, self.watch):
             if part is not None:
                 part.close()
         await asyncio.sleep(0)  # let the transports run connection_lost

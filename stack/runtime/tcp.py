@@ -8,6 +8,8 @@ replay-checked): a connection that cannot authenticate is closed before it can t
 the route to a member (counted as tcp_bad_hello). When both sides connect at once, the connection initiated by the side
 with the lower listen address wins: the other side moves its unsent frames over and closes
 its own connection gracefully, so frames it already wrote are still read by the peer.
+A hello that opens as a watch hello (FD_SOCK, watch.py) hands the connection to ``watch``:
+it then carries no data.
 """
 from __future__ import annotations
 
@@ -68,6 +70,7 @@ class Conn(asyncio.Protocol):
         self.pending: list[bytes] = []  # frames queued while connecting
         self.pending_bytes = 0
         self.closed = False
+        self.watched = False  # an FD_SOCK watcher's connection (watch.py), not a data one
         self.buf = bytearray()
 
     # -- asyncio callbacks --------------------------------------------------------------
@@ -171,6 +174,7 @@ class Tcp:
         self.open: set[Conn] = set()  # every established connection
         self.server: Optional[asyncio.AbstractServer] = None
         self.paused = False
+        self.watch: Any = None  # watch.Watch: FD_SOCK's watch hellos arrive here too
 
     async def start(self) -> None:
         self.server = await self.loop.create_server(lambda: Conn(self, None), sock=self.lsock)
@@ -215,6 +219,11 @@ class Tcp:
                 conn.fail("tcp_bad_hello")
                 return
             body = bytes(opened)
+        if self.watch is not None and body.startswith(b"RGW1"):
+            self.open.discard(conn)  # a watcher's: no data ever, not paused nor resumed
+            conn.closed = conn.watched = True  # (frames after the hello are not read)
+            self.watch.accept(conn.transport, body)
+            return
         peer = parse_hello(body)
         if peer is None:
             conn.fail("tcp_bad_hello")
@@ -230,6 +239,8 @@ class Tcp:
 
     def forget(self, conn: Conn) -> None:
         self.open.discard(conn)
+        if conn.watched:
+            self.watch.accepted.discard(conn.transport)
         if conn.peer is not None and self.conns.get(conn.peer) is conn:
             del self.conns[conn.peer]
 

@@ -29,13 +29,13 @@ def one_view(members):
     return all({a.uid for a in m.view.members} == uids for m in live)
 
 
-def start_group(sim, n, h=None):
-    first = sim.add_member("g", "m0")
+def start_group(sim, n, h=None, config=None):
+    first = sim.add_member("g", "m0", config)
     sim.run_until(lambda: first.view is not None, 5, "founding")
     members = [first]
     for i in range(1, n):
         sim.run_for(sim.rng.uniform(0, 0.01))
-        members.append(sim.add_member("g", f"m{i}"))
+        members.append(sim.add_member("g", f"m{i}", config))
     sim.run_until(lambda: one_view(members), 30, f"{n} members agree")
     return members
 
