@@ -311,9 +311,9 @@ def test_keyed_acquisitions_replay_and_settle_by_key(group):
     other = q.acquire_keyed("s/0/1", 10, timeout_s=5, client="stream-b")
     assert len(other) == 10 and not {d.id for d in other} & {d.id for d in first}
     assert q.renew("stream-b") == 20  # the replay moved the first key's 10 to stream-b
-    assert q.settle_keys("accept", ["s/0/0"]) == {"settled": 10, "failed": 0}
-    assert q.settle_keys("release", ["s/0/1"]) == {"settled": 10, "failed": 0}
-    assert q.settle_keys("accept", ["s/0/0", "nothing"]) == {"settled": 0, "failed": 0}
+    assert q.settle_keys("accept", ["s/0/0"]) == {"settled": 10, "failed": 0, "held": 0}
+    assert q.settle_keys("release", ["s/0/1"]) == {"settled": 10, "failed": 0, "held": 0}
+    assert q.settle_keys("accept", ["s/0/0", "nothing"]) == {"settled": 0, "failed": 0, "held": 0}
     fresh = q.acquire_keyed("s/0/0", 30, timeout_s=5, client="stream-b")
     bodies = {d.body for d in fresh}
     assert {d.body for d in other} <= bodies and not {d.body for d in first} & bodies
