@@ -79,7 +79,7 @@ class Entry:
 
 class Queue:
     __slots__ = ("name", "alternate", "max_depth", "max_bytes", "msgs", "avail", "heap",
-                 "acquired", "next_pos", "bytes", "consumers", "owner", "counters",
+                 "acquired", "next_pos", "bytes", "held_bytes", "consumers", "owner", "counters",
                  "overflow", "ttl_s")
 
     def __init__(self, name: str, alternate: Optional[str], max_depth: int, max_bytes: int,
@@ -96,6 +96,7 @@ class Queue:
         self.acquired: dict = {}    # mid -> Entry: acquired, not yet settled
         self.next_pos = 0
         self.bytes = 0
+        self.held_bytes = 0         # bytes of the acquired entries
         self.consumers: list = []   # interested member uids, in the order they came
         self.owner: Optional[bytes] = None
         self.counters = [0] * N_COUNTERS  # see N_COUNTERS
@@ -107,8 +108,15 @@ class Queue:
         self.avail[e.pos] = e
         self.heap.append(e.pos)  # positions only grow: a fresh one is the largest
 
+    def hold(self, e: Entry, holder: bytes) -> None:
+        """``e`` (just taken) is acquired by ``holder``."""
+        e.holder = holder
+        self.acquired[e.mid] = e
+        self.held_bytes += len(e.body)
+
     def make_available(self, e: Entry) -> None:
-        self.acquired.pop(e.mid, None)
+        if self.acquired.pop(e.mid, None) is not None:
+            self.held_bytes -= len(e.body)
         e.holder = None
         self.avail[e.pos] = e
         heapq.heappush(self.heap, e.pos)
@@ -126,7 +134,8 @@ class Queue:
 
     def remove(self, e: Entry) -> None:
         del self.msgs[e.mid]
-        self.acquired.pop(e.mid, None)
+        if self.acquired.pop(e.mid, None) is not None:
+            self.held_bytes -= len(e.body)
         if self.avail.get(e.pos) is e:
             del self.avail[e.pos]
         self.bytes -= len(e.body)
@@ -204,6 +213,7 @@ class QueueState:
         """{member uid: queue level} announced (LEVEL) in this epoch, in total order; a
         member that announced nothing is at ``BASE_LEVEL``. Not in snapshots: a snapshot is
         taken as an epoch begins, when nobody announced yet."""
+        self._level = BASE_LEVEL  # level(), kept as ``levels`` and ``members`` change
 
     # -- the epoch ------------------------------------------------------------------------
     def begin_epoch(self, epoch: int, members: list) -> None:
@@ -237,10 +247,15 @@ class QueueState:
         self.applied = 0
         self.members = list(members)
         self.levels = {}
+        self._relevel()
 
     def level(self) -> int:
         """The queue level every member of the epoch announced (the lowest)."""
-        return min((self.levels.get(m, BASE_LEVEL) for m in self.members), default=BASE_LEVEL)
+        return self._level
+
+    def _relevel(self) -> None:
+        self._level = min((self.levels.get(m, BASE_LEVEL) for m in self.members),
+                          default=BASE_LEVEL)
 
     def _set_owner(self, q: Queue, owner: Optional[bytes]) -> None:
         if owner != q.owner:
@@ -314,9 +329,9 @@ class QueueState:
                 if e is None:
                     break
                 self.next_tok += 1
-                e.holder, e.tok, e.tepoch = sender, self.next_tok, self.epoch
+                e.tok, e.tepoch = self.next_tok, self.epoch
                 e.deliveries += 1
-                q.acquired[e.mid] = e
+                q.hold(e, sender)
                 q.counters[1] += 1
                 got.append(e)
                 if self.listener:
@@ -367,6 +382,7 @@ class QueueState:
                 return MALFORMED, None
             if sender in self.members:
                 self.levels[sender] = level
+                self._relevel()
             return OK, None
         if op in GATED:
             if self.level() < LIFECYCLE_LEVEL:
@@ -478,8 +494,7 @@ class QueueState:
         """dead_letter_oldest: move the oldest available messages to the alternate until
         a message of ``size`` bytes fits; False (nothing moved) when even moving every
         available one would not make room (what consumers hold stays)."""
-        held = sum(len(e.body) for e in q.acquired.values())
-        if len(q.acquired) + 1 > q.max_depth or held + size > q.max_bytes:
+        if len(q.acquired) + 1 > q.max_depth or q.held_bytes + size > q.max_bytes:
             return False
         while len(q.msgs) >= q.max_depth or q.bytes + size > q.max_bytes:
             e = q.take()
@@ -539,6 +554,7 @@ class QueueState:
             raise ValueError(f"snapshot version {v}")
         self.epoch, self.applied, self.members, self.next_tok = epoch, applied, members, next_tok
         self.levels = {}
+        self._relevel()
         self.queues = {}
         for name, alt, depth, nbytes, next_pos, owner, consumers, counters, msgs, *v2 in queues:
             q = Queue(name, alt, depth, nbytes, *v2)
@@ -553,8 +569,7 @@ class QueueState:
                     q.avail[pos] = e
                     q.heap.append(pos)
                 else:
-                    e.holder = holder
-                    q.acquired[e.mid] = e
+                    q.hold(e, holder)
             heapq.heapify(q.heap)
             self.queues[name] = q
         self.touched = set(self.queues)
