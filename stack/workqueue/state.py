@@ -80,7 +80,7 @@ class Entry:
 class Queue:
     __slots__ = ("name", "alternate", "max_depth", "max_bytes", "msgs", "avail", "heap",
                  "acquired", "next_pos", "bytes", "held_bytes", "consumers", "owner", "counters",
-                 "overflow", "ttl_s")
+                 "overflow", "ttl_s", "ages", "unstamped")
 
     def __init__(self, name: str, alternate: Optional[str], max_depth: int, max_bytes: int,
                  overflow: str = REJECT_PUBLISH, ttl_s: Optional[float] = None):
@@ -100,6 +100,10 @@ class Queue:
         self.consumers: list = []   # interested member uids, in the order they came
         self.owner: Optional[bytes] = None
         self.counters = [0] * N_COUNTERS  # see N_COUNTERS
+        # a queue with a TTL: (timestamp, position) of its available entries, oldest first
+        # (lazy deletion, like ``heap``), and the entries with no timestamp yet
+        self.ages: list = []
+        self.unstamped: list = []
 
     # -- primitives -----------------------------------------------------------------------
     def push(self, e: Entry) -> None:
@@ -107,6 +111,15 @@ class Queue:
         self.bytes += len(e.body)
         self.avail[e.pos] = e
         self.heap.append(e.pos)  # positions only grow: a fresh one is the largest
+        if self.ttl_s is not None:
+            self.age(e)
+
+    def age(self, e: Entry) -> None:
+        """``e`` joins the TTL bookkeeping (a queue with a TTL)."""
+        if e.ts is None:
+            self.unstamped.append(e)
+        else:
+            heapq.heappush(self.ages, (e.ts, e.pos))
 
     def hold(self, e: Entry, holder: bytes) -> None:
         """``e`` (just taken) is acquired by ``holder``."""
@@ -120,6 +133,9 @@ class Queue:
         e.holder = None
         self.avail[e.pos] = e
         heapq.heappush(self.heap, e.pos)
+        if self.ttl_s is not None and e.ts is not None:
+            heapq.heappush(self.ages, (e.ts, e.pos))
+            self._compact()
 
     def take(self) -> Optional[Entry]:
         """The available message with the lowest position (publish order; requeued ones
@@ -139,6 +155,22 @@ class Queue:
         if self.avail.get(e.pos) is e:
             del self.avail[e.pos]
         self.bytes -= len(e.body)
+        self._compact()
+
+    def _compact(self) -> None:
+        """Drop the stale entries of the lazy heaps once they are most of them: entries
+        taken off without being popped (expired, overflowed, settled while in ``ages``)
+        would otherwise pile up on a queue nobody consumes from."""
+        bound = 2 * len(self.avail) + 64
+        if len(self.heap) > bound:
+            self.heap = list(self.avail)
+            heapq.heapify(self.heap)
+        if len(self.ages) > bound:
+            self.ages = [(e.ts, e.pos) for e in self.avail.values() if e.ts is not None]
+            heapq.heapify(self.ages)
+        if len(self.unstamped) > 2 * len(self.msgs) + 64:
+            self.unstamped = [e for e in self.unstamped
+                              if e.ts is None and self.msgs.get(e.mid) is e]
 
     @property
     def depth(self) -> int:
@@ -473,14 +505,30 @@ class QueueState:
         return OK, len(q.msgs)
 
     def _expire(self, q: Queue, now: float) -> None:
-        """Dead-letter the available messages of ``q`` older than its TTL at ``now``; a
-        message without a timestamp gets ``now`` (its age counts from here)."""
-        old = []
-        for e in q.avail.values():
-            if e.ts is None:
-                e.ts = now
-            elif now - e.ts >= q.ttl_s:
-                old.append(e)
+        """Dead-letter the available messages of ``q`` older than its TTL at ``now``; an
+        available message without a timestamp gets ``now`` (its age counts from here).
+        Costs the messages stamped or expired, not the queue's depth: ``ages`` holds the
+        available ones oldest first."""
+        if q.unstamped:
+            held = []
+            for e in q.unstamped:
+                if q.avail.get(e.pos) is e:
+                    e.ts = now
+                    heapq.heappush(q.ages, (now, e.pos))
+                elif q.msgs.get(e.mid) is e:
+                    held.append(e)  # stamped by the first EXPIRE that sees it available
+            q.unstamped = held
+        old = {}
+        ages = q.ages
+        while ages and now - ages[0][0] >= q.ttl_s:
+            ts, pos = heapq.heappop(ages)
+            e = q.avail.get(pos)
+            if e is not None and e.ts == ts:  # else gone, or held (aged again on release)
+                old[pos] = e
+        self._expired(q, old.values())
+
+    def _expired(self, q: Queue, old) -> None:
+        """Dead-letter ``old`` (available messages of ``q`` past its TTL), in queue order."""
         for e in sorted(old, key=lambda e: e.pos):
             q.remove(e)
             q.counters[6] += 1
@@ -570,6 +618,8 @@ class QueueState:
                     q.heap.append(pos)
                 else:
                     q.hold(e, holder)
+                if q.ttl_s is not None:
+                    q.age(e)
             heapq.heapify(q.heap)
             self.queues[name] = q
         self.touched = set(self.queues)
