@@ -29,6 +29,8 @@ to the next interested member in member order, circularly.
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
 import heapq
 import math
@@ -575,6 +577,11 @@ class QueueState:
 
     # -- snapshots ------------------------------------------------------------------------
     def snapshot(self) -> bytes:
+        """The whole state as bytes (see ``_snapshot``), built with the collector off."""
+        with _no_collection():
+            return self._snapshot()
+
+    def _snapshot(self) -> bytes:
         """The whole state, canonical: equal states give equal bytes. Version 1 (which
         builds before the lifecycle read) unless a queue has an overflow policy, a TTL or
         lifecycle counters; then version 2: each queue adds its overflow policy and TTL,
@@ -595,7 +602,11 @@ class QueueState:
                              use_bin_type=True)
 
     def restore(self, data: bytes) -> None:
-        """A snapshot of either version."""
+        """A snapshot of either version, restored with the collector off."""
+        with _no_collection():
+            self._restore(data)
+
+    def _restore(self, data: bytes) -> None:
         v, epoch, applied, members, next_tok, queues = msgpack.unpackb(
             data, raw=False, use_list=True, strict_map_key=False)
         if v not in (SNAPSHOT_V1, SNAPSHOT_VERSION):
@@ -631,6 +642,22 @@ class QueueState:
     def content(self) -> dict:
         """{queue: {mid: holder}} (tests and debugging)."""
         return {q.name: {e.mid: e.holder for e in q.msgs.values()} for q in self.queues.values()}
+
+
+@contextlib.contextmanager
+def _no_collection():
+    """Python's cycle collector off while a snapshot is built or restored: the millions of
+    lists and entries made would set off collections that each walk every object of the
+    process (a snapshot of 1,000,000 messages took 13.4 s with it, 0.66 s without; its
+    restore 5.1 s and 1.2 s). Nothing made here forms a cycle; the collector is back on
+    (if it was) right after."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _time(x: Any) -> float:
