@@ -629,9 +629,9 @@ class QueueHost:
         deliveries, deliveries leased, deliveries released because a lease ran out)."""
         if self.service is None or self.service.replica is None:
             return {}
+        if name is not None:  # without the service's digest, a pass over every message
+            return self.service.queues().get(name, {})
         info = self.service.info()
-        if name is not None:
-            return info["queues"].get(name, {})
         info["leases"] = {"clients": len(set(self.holder.values())),
                           "leased": len(self.holder), "lease_released": self.lease_released}
         return info

@@ -171,7 +171,9 @@ class WorkQueue:
         return self.service._replica().depth(self.name)
 
     def info(self) -> dict:
-        return self.service._replica().info()["queues"].get(self.name, {})
+        """The queue's figures and limits (not the whole service's: its digest costs a pass
+        over every message of every queue)."""
+        return self.service._replica().queues().get(self.name, {})
 
 
 class WorkQueues:
