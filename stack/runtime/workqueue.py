@@ -132,6 +132,8 @@ class WorkQueue:
             r.cancel(req)
             svc._after_input()
             raise
+        if fut.done() and not fut.cancelled():
+            fut.exception()  # retrieved: a failure is raised from ``req`` below
         if req.error is not None:
             raise req.error
         return [Delivery(self, d) for d in (req.result or ())]
