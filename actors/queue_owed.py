@@ -1,0 +1,192 @@
+"""What a work queue handle owes: settles to make again while the member is in the group.
+
+A settle that a live member refused for now (QueueNotPrimary in a view change,
+QueueOutcomeUnknown), or whose call did not get through (a timeout, a partition, the member
+unreachable), leaves the deliveries held by that member, leased to this process, which
+renews the lease for as long as it runs: they would never be redelivered. So the handle
+owes them (``WorkQueueHandle.settle_many(..., owe=True)``, ``settle_keys(..., owe=True)``):
+deliveries by (member, op) and acquisition keys by (member, op), settled again at each tick
+of the process's lease keeper and on demand (``WorkQueueHandle.settle_owed``). A member's
+"not held" answers (NotAcquired, StaleEpoch, NoSuchQueue) leave nothing to settle: an earlier
+try took effect, or the delivery was requeued. Owed items of a member no longer in the group
+(``group.member_names()``) are dropped: its holds are gone and the queue redelivers its jobs.
+
+Bounded: at most ``limit`` items (deliveries plus keys) are owed at once; those beyond are
+not kept, counted in ``info()["over_limit"]`` and logged. A delivery not kept is left to its
+lease: the member releases it once this process stops renewing there (it holds nothing
+else there, or it ends), and then it is redelivered.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable, Optional
+
+from raygroups.stack.workqueue import NoSuchQueue, NotAcquired, StaleEpoch
+
+HELD_NO_MORE = (NotAcquired, StaleEpoch, NoSuchQueue)
+"""A member's answers that it does not hold a delivery (any more): nothing to settle again."""
+MAX_OWED = 100_000
+"""Items (deliveries plus keys) one queue's handles owe at most (the bound's default)."""
+
+log = logging.getLogger("raygroups.queue")
+
+
+def owes_again(error: Optional[BaseException]) -> bool:
+    """Whether a settle that answered ``error`` is to be made again."""
+    return error is not None and not isinstance(error, HELD_NO_MORE)
+
+
+class Owed:
+    """The owed settles of one queue of ``group`` (shared by a handle and its ``on()``
+    handles). ``settle_tokens(member, op, deliveries)`` -> [None or the error] and
+    ``settle_keys(member, op, keys)`` -> {"settled", ...}: the handle's settles, which owe
+    again what is still refused. ``released(member, n)``: called for deliveries that leave
+    the books other than through ``settle_tokens`` (the lease keeper's count);
+    ``owing(self)``: called when something is owed (the lease keeper then ticks it)."""
+
+    def __init__(self, group: Any, queue: str,
+                 settle_tokens: Callable[[str, str, list], list],
+                 settle_keys: Callable[[str, str, list], dict], limit: int = MAX_OWED,
+                 released: Callable[[str, int], None] = lambda member, n: None,
+                 owing: Callable[["Owed"], None] = lambda owed: None):
+        self.group, self.queue, self.limit = group, queue, limit
+        self.settle_tokens, self.settle_keys = settle_tokens, settle_keys
+        self.released, self.owing = released, owing
+        self.lock = threading.Lock()
+        self.deliveries: dict = {}  # (member, op) -> {token: Delivery}
+        self.keys: dict = {}        # (member, op) -> {key: None}
+        self.settled = 0            # settled again: deliveries, and jobs under keys
+        self.gone = 0               # dropped: their member left the group
+        self.over_limit = 0         # not kept: beyond the bound
+
+    def __len__(self) -> int:
+        with self.lock:
+            return self._count()
+
+    def _count(self) -> int:
+        return (sum(len(v) for v in self.deliveries.values()) +
+                sum(len(v) for v in self.keys.values()))
+
+    def info(self) -> dict:
+        """{"deliveries", "keys"}: owed now; "settled", "gone", "over_limit": so far."""
+        with self.lock:
+            return {"deliveries": sum(len(v) for v in self.deliveries.values()),
+                    "keys": sum(len(v) for v in self.keys.values()),
+                    "settled": self.settled, "gone": self.gone,
+                    "over_limit": self.over_limit}
+
+    def owes(self, delivery: Any) -> bool:
+        with self.lock:
+            return any(delivery.token in ds for (m, _op), ds in self.deliveries.items()
+                       if m == delivery.member)
+
+    def _room(self, n: int, what: str, member: str, op: str) -> int:
+        room = max(0, self.limit - self._count())
+        if n > room:
+            self.over_limit += n - room
+            log.warning("%s: %d %s to %s at %s not kept: %d settles owed already (the "
+                        "bound)", self.queue, n - room, what, op, member, self.limit)
+        return min(n, room)
+
+    def add_deliveries(self, member: str, op: str, deliveries: list) -> int:
+        """Owe ``deliveries`` (at ``member``); how many were kept (the rest: over the
+        bound, and ``released``)."""
+        if not deliveries:
+            return 0
+        with self.lock:
+            entry = self.deliveries.setdefault((member, op), {})
+            new = [d for d in deliveries if d.token not in entry]
+            kept = new[:self._room(len(new), "deliveries", member, op)]
+            entry.update((d.token, d) for d in kept)
+            if not entry:
+                del self.deliveries[(member, op)]
+        if len(kept) < len(new):
+            self.released(member, len(new) - len(kept))
+        if kept:
+            self.owing(self)
+        return len(kept)
+
+    def add_keys(self, member: str, op: str, keys: list) -> int:
+        """Owe ``keys`` (at ``member``); how many were kept."""
+        with self.lock:
+            entry = self.keys.setdefault((member, op), {})
+            new = [k for k in keys if k not in entry]
+            kept = new[:self._room(len(new), "keys", member, op)]
+            entry.update(dict.fromkeys(kept))
+            if not entry:
+                del self.keys[(member, op)]
+        if kept:
+            self.owing(self)
+        return len(kept)
+
+    def _take(self, only: Optional[list]) -> tuple:
+        with self.lock:
+            if only is None:
+                ds, ks = self.deliveries, self.keys
+                self.deliveries, self.keys = {}, {}
+                return ds, ks
+            want = {(d.member, d.token) for d in only}
+            ds: dict = {}
+            for (member, op), entry in list(self.deliveries.items()):
+                mine = [t for t in entry if (member, t) in want]
+                if mine:
+                    ds[(member, op)] = {t: entry.pop(t) for t in mine}
+                    if not entry:
+                        del self.deliveries[(member, op)]
+            return ds, {}
+
+    def _put_back(self, ds: dict, ks: dict) -> None:
+        with self.lock:
+            for k, entry in ds.items():
+                self.deliveries.setdefault(k, {}).update(entry)
+            for k, entry in ks.items():
+                self.keys.setdefault(k, {}).update(entry)
+
+    def settle(self, only: Optional[list] = None) -> int:
+        """Settle what is owed again (``only``: of these deliveries); how many were settled
+        (deliveries, and jobs under keys). What is still refused is owed again. Raises what
+        ``group.member_names()`` raises (then nothing was taken)."""
+        ds, ks = self._take(only)
+        if not ds and not ks:
+            return 0
+        try:
+            members = set(self.group.member_names())
+        except BaseException:
+            self._put_back(ds, ks)
+            raise
+        done = 0
+        todo = [("d", k, e) for k, e in sorted(ds.items())] + \
+               [("k", k, e) for k, e in sorted(ks.items())]
+        for i, (kind, (member, op), entry) in enumerate(todo):
+            try:
+                done += self._again(kind, member, op, entry, member in members)
+            except BaseException:  # Ray shuts down here: the untried stay owed
+                self._put_back({k: e for c, k, e in todo[i + 1:] if c == "d"},
+                               {k: e for c, k, e in todo[i + 1:] if c == "k"})
+                raise
+        with self.lock:
+            self.settled += done
+        return done
+
+    def _again(self, kind: str, member: str, op: str, entry: dict, present: bool) -> int:
+        """Settle one (member, op)'s owed deliveries or keys again; how many settled."""
+        what = "deliveries" if kind == "d" else "keys"
+        if not present:
+            self._gone(member, op, len(entry), what)
+            if kind == "d":
+                self.released(member, len(entry))
+            return 0
+        if kind == "d":
+            return sum(e is None for e in self.settle_tokens(member, op, list(entry.values())))
+        try:
+            return self.settle_keys(member, op, sorted(entry))["settled"]
+        except Exception as e:  # noqa: BLE001 - owed again (settle_keys): the next try
+            log.warning("%s: %s again at %s failed: %s", self.queue, op, member, e)
+            return 0
+
+    def _gone(self, member: str, op: str, n: int, what: str) -> None:
+        with self.lock:
+            self.gone += n
+        log.info("%s: %s left the group; %d owed %s to %s dropped (requeued)", self.queue,
+                 member, n, what, op)
