@@ -82,22 +82,30 @@ log = logging.getLogger("raygroups.queue")
 
 class _Renewer:
     """The process's lease keeper: counts the deliveries it holds per (group, member) and,
-    while any are held, renews the lease on those members from a daemon thread; at each
-    tick it also settles again what the handles owe (``queue_owed.Owed``)."""
+    while any are held, renews the lease on those members from a daemon thread; a second
+    daemon thread settles again, at the same cadence, what the handles owe
+    (``queue_owed.Owed``), so that a settle waiting on an unreachable member never delays a
+    renewal."""
 
     def __init__(self):
         self.lock = threading.Lock()
         self.held: dict = {}     # (cluster, namespace, member) -> [group, count, lease_s]
         self.owed: dict = {}     # id(Owed) -> [Owed, lease_s] while it owes something
-        self.thread: Optional[threading.Thread] = None
+        self.thread: Optional[threading.Thread] = None        # renews
+        self.owed_thread: Optional[threading.Thread] = None   # settles again
         self.wake = threading.Event()
+        self.owed_wake = threading.Event()
 
-    def _start(self) -> None:
-        """With the lock held: the thread, unless it runs."""
-        if self.thread is None or not self.thread.is_alive():
-            self.thread = threading.Thread(target=self._run, name="raygroups-lease",
-                                           daemon=True)
-            self.thread.start()
+    def _start(self, attr: str) -> None:
+        """With the lock held: the thread ``attr`` ("thread", "owed_thread"), unless it runs."""
+        t = getattr(self, attr)
+        if t is None or not t.is_alive():
+            step, wake, name = ((self.tick, self.wake, "raygroups-lease") if attr == "thread"
+                                else (self.settle_tick, self.owed_wake, "raygroups-owed"))
+            t = threading.Thread(target=self._run, args=(attr, step, wake), name=name,
+                                 daemon=True)
+            setattr(self, attr, t)
+            t.start()
 
     def add(self, group: Any, member: str, n: int, lease_s: float) -> None:
         if n <= 0:
@@ -107,7 +115,7 @@ class _Renewer:
             entry = self.held.setdefault(key, [group, 0, lease_s])
             entry[1] += n
             entry[2] = min(entry[2], lease_s)
-            self._start()
+            self._start("thread")
         self.wake.set()
 
     def done(self, group: Any, member: str, n: int) -> None:
@@ -126,21 +134,14 @@ class _Renewer:
         with self.lock:
             entry = self.owed.setdefault(id(owed), [owed, lease_s])
             entry[1] = min(entry[1], lease_s)
-            self._start()
-        self.wake.set()
-
-    def _stop(self) -> None:
-        with self.lock:
-            self.held.clear()
-            self.owed.clear()
-            self.thread = None
+            self._start("owed_thread")
+        self.owed_wake.set()
 
     def tick(self) -> Optional[float]:
-        """Renew the leases, then settle again what is owed; seconds to the next tick
-        (None: nothing held or owed). Raises SystemExit when Ray shuts down here."""
+        """Renew the leases; seconds to the next tick (None: nothing held). Raises
+        SystemExit when Ray shuts down in this process."""
         with self.lock:
             todo = [(k[2], e[0], e[2]) for k, e in self.held.items()]
-            books = [tuple(e) for e in self.owed.values()]
         for member, group, lease_s in todo:
             try:
                 group._call("queue_renew", CLIENT, lease_s, member=member,
@@ -149,7 +150,14 @@ class _Renewer:
                 raise
             except Exception as e:  # noqa: BLE001 - the member is gone or slow: its
                 log.debug("lease renewal at %s failed: %s", member, e)  # deliveries are
-        for owed, _lease_s in books:                                    # requeued anyway
+        return min(lease for _m, _g, lease in todo) / 3 if todo else None  # requeued anyway
+
+    def settle_tick(self) -> Optional[float]:
+        """Settle again what the handles owe; seconds to the next tick (None: nothing
+        owed). Raises SystemExit when Ray shuts down in this process."""
+        with self.lock:
+            books = [tuple(e) for e in self.owed.values()]
+        for owed, _lease_s in books:
             try:
                 owed.settle()
             except SystemExit:
@@ -159,24 +167,24 @@ class _Renewer:
             with self.lock:
                 if not len(owed):
                     self.owed.pop(id(owed), None)
-        waits = [lease for _m, _g, lease in todo] + [lease for _o, lease in books]
-        return min(waits) / 3 if waits else None
+        return min(lease for _o, lease in books) / 3 if books else None
 
-    def _run(self) -> None:
+    def _run(self, attr: str, step: Any, wake: threading.Event) -> None:
         import ray
         while True:
-            if not ray.is_initialized():
-                # the process shut Ray down: a call now would start Ray again (Ray's
-                # auto-init) and connect a process that is done with it; nothing to renew
-                self._stop()
-                return
             try:
-                wait = self.tick()
-            except SystemExit:  # Ray shuts down in this process: nothing to renew
-                self._stop()
+                if not ray.is_initialized():
+                    # the process shut Ray down: a call now would start Ray again (Ray's
+                    # auto-init) and connect a process that is done with it
+                    raise SystemExit
+                wait = step()
+            except SystemExit:  # Ray shuts down in this process: nothing to renew or settle
+                with self.lock:
+                    (self.held if attr == "thread" else self.owed).clear()
+                    setattr(self, attr, None)
                 return
-            self.wake.wait(5.0 if wait is None else wait)
-            self.wake.clear()
+            wake.wait(5.0 if wait is None else wait)
+            wake.clear()
 
 
 _RENEWER = _Renewer()
@@ -325,7 +333,8 @@ class WorkQueueHandle:
                                timeout=(timeout_s or 0) + CALL_TIMEOUT_S)
         return self._leased(got) if client == CLIENT else self._deliveries(got)
 
-    def settle_keys(self, op: str, keys: list, owe: bool = False) -> dict:
+    def settle_keys(self, op: str, keys: list, owe: bool = False,
+                    timeout: float = CALL_TIMEOUT_S) -> dict:
         """accept/release/reject everything held under ``keys`` at this handle's member:
         {"settled": n, "failed": n, "held": n still held there under them afterwards}.
         ``owe``: keys the member still holds something under afterwards (it refused for
@@ -335,7 +344,7 @@ class WorkQueueHandle:
             raise ValueError("settle_keys(owe=True) needs a handle on one member (on())")
         try:
             got = self.group._call("queue_settle_keys", self.name, op, list(keys),
-                                   member=self.member)
+                                   member=self.member, timeout=timeout)
         except Exception as e:
             if owe and owes_again(e):
                 self._owed.add_keys(self.member, op, keys)
@@ -345,7 +354,9 @@ class WorkQueueHandle:
         return got
 
     def _settle_keys_at(self, member: str, op: str, keys: list) -> dict:
-        return self.on(member).settle_keys(op, keys, owe=True)
+        """Owed keys settled again (``queue_owed.Owed``), each call within a lease tick."""
+        return self.on(member).settle_keys(op, keys, owe=True,
+                                           timeout=max(1.0, self.lease_s / 3))
 
     def renew(self, client: str = CLIENT) -> int:
         """Renew ``client``'s lease (``lease_s``) at this handle's member; how many
@@ -409,12 +420,13 @@ class WorkQueueHandle:
         self._owed.add_deliveries(member, op, again)  # those it does not keep: released
         _RENEWER.done(self.group, member, len(ds) - len(again))
 
-    def _settle_at(self, member: str, queue: str, op: str, ds: list, owe: bool) -> list:
+    def _settle_at(self, member: str, queue: str, op: str, ds: list, owe: bool,
+                   timeout: float = CALL_TIMEOUT_S) -> list:
         """Settle ``ds`` at ``member``: [None or the error] per delivery. ``owe``: a call
         that failed answers its error for each, and what is refused for now is owed."""
         try:
             errs = self.group._call("queue_settle", queue, op, [d.token for d in ds],
-                                    member=member)
+                                    member=member, timeout=timeout)
         except Exception as e:  # noqa: BLE001 - owed (unless "not held"), or raised
             if not owe:
                 raise
@@ -423,8 +435,11 @@ class WorkQueueHandle:
         return errs
 
     def _settle_tokens(self, member: str, op: str, ds: list) -> list:
-        """The owed deliveries ``ds`` of ``member`` settled again (``queue_owed.Owed``)."""
-        return self._settle_at(member, ds[0].queue, op, ds, True)
+        """The owed deliveries ``ds`` of ``member`` settled again (``queue_owed.Owed``),
+        each call within a lease tick (one that times out is owed again: a later try of
+        a settle that took effect meanwhile answers NotAcquired, and is done)."""
+        return self._settle_at(member, ds[0].queue, op, ds, True,
+                               timeout=max(1.0, self.lease_s / 3))
 
     def _settle(self, op: str, deliveries: list, owe: bool = False) -> None:
         errs = [e for (member, queue), ds in self._by_member(deliveries).items()

@@ -14,6 +14,7 @@ class FakeMember:
     def __init__(self, name: str, tokens=(), keys=None, script=()):
         self.name, self.tokens, self.keys = name, set(tokens), dict(keys or {})
         self.script, self.calls, self.settled = list(script), [], []
+        self.renewed = 0
 
     def _next(self):
         return self.script.pop(0) if self.script else None
@@ -34,6 +35,10 @@ class FakeMember:
                 self.settled.append((op, t))
                 out.append(None)
         return out
+
+    def queue_renew(self, client, lease_s):
+        self.renewed += 1
+        return len(self.tokens)
 
     def queue_settle_keys(self, queue, op, keys):
         self.calls.append((op, list(keys)))
@@ -74,11 +79,11 @@ def deliveries(h: WorkQueueHandle, member: str, *ks) -> list:
 
 
 class QuietRenewer:
-    """A lease keeper without its thread (``tick()`` by hand): monkeypatched in as
+    """A lease keeper without its threads (``tick()``, ``settle_tick()`` by hand): monkeypatched in as
     ``raygroups.actors.queue._RENEWER``."""
 
     def __new__(cls):
         from raygroups.actors.queue import _Renewer
         r = _Renewer()
-        r._start = lambda: None
+        r._start = lambda attr: None
         return r

@@ -30,11 +30,13 @@ def test_a_refused_settle_is_owed_and_made_again_on_the_tick(renewer):
         h.settle_many("accept", ds, owe=True)
     assert h.owed()["deliveries"] == 2 and all(h.owes(d) for d in ds)
     assert renewer.held[("fake", "fake-ns", "a")][1] == 2   # still leased to this process
-    assert renewer.tick() == h.lease_s / 3                   # renews, then settles again
+    assert renewer.tick() == h.lease_s / 3 and a.settled == []   # renews only
+    assert a.renewed == 1
+    assert renewer.settle_tick() == h.lease_s / 3                # settles again
     assert a.settled == [("accept", (1, 1)), ("accept", (1, 2))]
     assert h.owed() == {"deliveries": 0, "keys": 0, "settled": 2, "gone": 0, "over_limit": 0}
-    assert renewer.held == {} and renewer.owed == {}         # nothing left to renew or owe
-    assert renewer.tick() is None and len(a.calls) == 2      # nothing owed: no call
+    assert renewer.held == {} and renewer.owed == {}             # nothing to renew or owe
+    assert renewer.settle_tick() is None and len(a.calls) == 2   # nothing owed: no call
 
 
 def test_a_call_that_failed_is_owed_but_not_without_owe():
@@ -122,3 +124,17 @@ def test_a_failing_member_list_keeps_everything_owed():
     with pytest.raises(GroupClosed):
         h.settle_owed()
     assert h.owed()["deliveries"] == 1
+
+
+def test_the_settling_thread_stops_without_a_call_once_ray_is_down():
+    """Ray is not initialized here: the thread's loop ends at once, never calling (a call
+    would start Ray again), and forgets what it was to settle."""
+    import threading
+    r = queue_mod._Renewer()
+    r.owed[1] = [object(), 30.0]
+    r.owed_thread = threading.current_thread()
+
+    def step():
+        raise AssertionError("a call after Ray went")
+    r._run("owed_thread", step, threading.Event())
+    assert r.owed == {} and r.owed_thread is None
