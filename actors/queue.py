@@ -134,8 +134,7 @@ class _Renewer:
         with self.lock:
             entry = self.owed.setdefault(id(owed), [owed, lease_s])
             entry[1] = min(entry[1], lease_s)
-            self._start("owed_thread")
-        self.owed_wake.set()
+            self._start("owed_thread")  # its next tick, not at once: the member just refused
 
     def tick(self) -> Optional[float]:
         """Renew the leases; seconds to the next tick (None: nothing held). Raises

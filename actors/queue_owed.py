@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from typing import Any, Callable, Optional
 
 from raygroups.stack.workqueue import NoSuchQueue, NotAcquired, StaleEpoch
@@ -56,6 +57,8 @@ class Owed:
         self.lock = threading.Lock()
         self.deliveries: dict = {}  # (member, op) -> {token: Delivery}
         self.keys: dict = {}        # (member, op) -> {key: None}
+        self.retrying: Counter = Counter()  # ("d", member, token) or ("k", member, key)
+        # being settled again: still owed to whoever asks meanwhile
         self.settled = 0            # settled again: deliveries, and jobs under keys
         self.gone = 0               # dropped: their member left the group
         self.over_limit = 0         # not kept: beyond the bound
@@ -68,18 +71,26 @@ class Owed:
         return (sum(len(v) for v in self.deliveries.values()) +
                 sum(len(v) for v in self.keys.values()))
 
+    def _owed(self, kind: str) -> set:
+        """With the lock held: (member, token or key) of what is owed, being retried too."""
+        books = self.deliveries if kind == "d" else self.keys
+        return ({(m, x) for (m, _op), entry in books.items() for x in entry} |
+                {(m, x) for c, m, x in self.retrying if c == kind})
+
     def info(self) -> dict:
-        """{"deliveries", "keys"}: owed now; "settled", "gone", "over_limit": so far."""
+        """{"deliveries", "keys"}: owed now (being settled again included); "settled",
+        "gone", "over_limit": so far."""
         with self.lock:
-            return {"deliveries": sum(len(v) for v in self.deliveries.values()),
-                    "keys": sum(len(v) for v in self.keys.values()),
+            return {"deliveries": len(self._owed("d")), "keys": len(self._owed("k")),
                     "settled": self.settled, "gone": self.gone,
                     "over_limit": self.over_limit}
 
     def owes(self, delivery: Any) -> bool:
+        """Whether ``delivery``'s settle is owed (or being settled again)."""
         with self.lock:
-            return any(delivery.token in ds for (m, _op), ds in self.deliveries.items()
-                       if m == delivery.member)
+            return ("d", delivery.member, delivery.token) in self.retrying or any(
+                delivery.token in ds for (m, _op), ds in self.deliveries.items()
+                if m == delivery.member)
 
     def _room(self, n: int, what: str, member: str, op: str) -> int:
         room = max(0, self.limit - self._count())
@@ -121,20 +132,32 @@ class Owed:
         return len(kept)
 
     def _take(self, only: Optional[list]) -> tuple:
+        """What is owed (``only``: of these deliveries), out of the books and marked as
+        being retried."""
         with self.lock:
             if only is None:
                 ds, ks = self.deliveries, self.keys
                 self.deliveries, self.keys = {}, {}
-                return ds, ks
-            want = {(d.member, d.token) for d in only}
-            ds: dict = {}
-            for (member, op), entry in list(self.deliveries.items()):
-                mine = [t for t in entry if (member, t) in want]
-                if mine:
-                    ds[(member, op)] = {t: entry.pop(t) for t in mine}
-                    if not entry:
-                        del self.deliveries[(member, op)]
-            return ds, {}
+            else:
+                want = {(d.member, d.token) for d in only}
+                ds, ks = {}, {}
+                for (member, op), entry in list(self.deliveries.items()):
+                    mine = [t for t in entry if (member, t) in want]
+                    if mine:
+                        ds[(member, op)] = {t: entry.pop(t) for t in mine}
+                        if not entry:
+                            del self.deliveries[(member, op)]
+            self.retrying.update(self._marks("d", ds) + self._marks("k", ks))
+            return ds, ks
+
+    @staticmethod
+    def _marks(kind: str, books: dict) -> list:
+        return [(kind, m, x) for (m, _op), entry in books.items() for x in entry]
+
+    def _retried(self, kind: str, books: dict) -> None:
+        with self.lock:
+            self.retrying.subtract(self._marks(kind, books))
+            self.retrying = +self.retrying  # without the zeros
 
     def _put_back(self, ds: dict, ks: dict) -> None:
         with self.lock:
@@ -142,6 +165,8 @@ class Owed:
                 self.deliveries.setdefault(k, {}).update(entry)
             for k, entry in ks.items():
                 self.keys.setdefault(k, {}).update(entry)
+        self._retried("d", ds)
+        self._retried("k", ks)
 
     def settle(self, only: Optional[list] = None) -> int:
         """Settle what is owed again (``only``: of these deliveries); how many were settled
@@ -162,9 +187,11 @@ class Owed:
             try:
                 done += self._again(kind, member, op, entry, member in members)
             except BaseException:  # Ray shuts down here: the untried stay owed
+                self._retried(kind, {(member, op): entry})
                 self._put_back({k: e for c, k, e in todo[i + 1:] if c == "d"},
                                {k: e for c, k, e in todo[i + 1:] if c == "k"})
                 raise
+            self._retried(kind, {(member, op): entry})
         with self.lock:
             self.settled += done
         return done

@@ -138,3 +138,23 @@ def test_the_settling_thread_stops_without_a_call_once_ray_is_down():
         raise AssertionError("a call after Ray went")
     r._run("owed_thread", step, threading.Event())
     assert r.owed == {} and r.owed_thread is None
+
+
+def test_what_is_being_settled_again_stays_owed_to_whoever_asks_meanwhile():
+    a = FakeMember("a", tokens=[(1, 1)], keys={"s/3/0": 1}, script=["refuse", "refuse"])
+    g = FakeGroup(a)
+    h = handle(g)
+    [d] = deliveries(h, "a", 1)
+    with pytest.raises(QueueNotPrimary):
+        h.settle_many("accept", [d], owe=True)
+    h.on("a").settle_keys("accept", ["s/3/0"], owe=True)
+    seen = []
+    call = g._call
+
+    def watching(method, *args, **kw):
+        seen.append((method, h.owes(d), h.owed()["deliveries"], h.owed()["keys"]))
+        return call(method, *args, **kw)
+    g._call = watching
+    assert h.settle_owed() == 2
+    assert seen == [("queue_settle", True, 1, 1), ("queue_settle_keys", False, 0, 1)]
+    assert h.owed()["deliveries"] == h.owed()["keys"] == 0 and not h.owes(d)
