@@ -103,7 +103,8 @@ class _Renewer:
             step, wake, name = ((self.tick, self.wake, "raygroups-lease") if attr == "thread"
                                 else (self.settle_tick, self.owed_wake, "raygroups-owed"))
             t = threading.Thread(target=self._run, args=(attr, step, wake), name=name,
-                                 daemon=True)
+                                 kwargs={"wait": self._next_settle() if attr == "owed_thread"
+                                         else 0.0}, daemon=True)
             setattr(self, attr, t)
             t.start()
 
@@ -134,7 +135,7 @@ class _Renewer:
         with self.lock:
             entry = self.owed.setdefault(id(owed), [owed, lease_s])
             entry[1] = min(entry[1], lease_s)
-            self._start("owed_thread")  # its next tick, not at once: the member just refused
+            self._start("owed_thread")  # a tick from now, not at once: the member just refused
 
     def tick(self) -> Optional[float]:
         """Renew the leases; seconds to the next tick (None: nothing held). Raises
@@ -168,9 +169,17 @@ class _Renewer:
                     self.owed.pop(id(owed), None)
         return min(lease for _o, lease in books) / 3 if books else None
 
-    def _run(self, attr: str, step: Any, wake: threading.Event) -> None:
+    def _next_settle(self) -> float:
+        """With the lock held: seconds to the settling thread's first tick."""
+        return min((lease for _o, lease in self.owed.values()), default=15.0) / 3
+
+    def _run(self, attr: str, step: Any, wake: threading.Event, wait: float = 0.0) -> None:
+        """``step`` every time it says (5 s when it has nothing to do), after ``wait``."""
         import ray
         while True:
+            if wait:
+                wake.wait(wait)
+                wake.clear()
             try:
                 if not ray.is_initialized():
                     # the process shut Ray down: a call now would start Ray again (Ray's
@@ -182,8 +191,7 @@ class _Renewer:
                     (self.held if attr == "thread" else self.owed).clear()
                     setattr(self, attr, None)
                 return
-            wake.wait(5.0 if wait is None else wait)
-            wake.clear()
+            wait = 5.0 if wait is None else wait
 
 
 _RENEWER = _Renewer()
