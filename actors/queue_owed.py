@@ -11,8 +11,8 @@ of the process's lease keeper and on demand (``WorkQueueHandle.settle_owed``). A
 try took effect, or the delivery was requeued. Owed items of a member no longer in the group
 (``group.member_names()``) are dropped: its holds are gone and the queue redelivers its jobs.
 
-Bounded: at most ``limit`` items (deliveries plus keys) are owed at once; those beyond are
-not kept, counted in ``info()["over_limit"]`` and logged. A delivery not kept is left to its
+Bounded: at most ``limit`` items (deliveries plus keys, those being settled again included)
+are owed at once; those beyond are not kept, counted in ``info()["over_limit"]`` and logged. A delivery not kept is left to its
 lease: the member releases it once this process stops renewing there (it holds nothing
 else there, or it ends), and then it is redelivered.
 """
@@ -68,8 +68,9 @@ class Owed:
             return self._count()
 
     def _count(self) -> int:
+        """With the lock held: what the bound counts (what is being retried included)."""
         return (sum(len(v) for v in self.deliveries.values()) +
-                sum(len(v) for v in self.keys.values()))
+                sum(len(v) for v in self.keys.values()) + len(self.retrying))
 
     def _owed(self, kind: str) -> set:
         """With the lock held: (member, token or key) of what is owed, being retried too."""
@@ -108,7 +109,9 @@ class Owed:
         with self.lock:
             entry = self.deliveries.setdefault((member, op), {})
             new = [d for d in deliveries if d.token not in entry]
-            kept = new[:self._room(len(new), "deliveries", member, op)]
+            back = [d for d in new if ("d", member, d.token) in self.retrying]  # had room
+            fresh = [d for d in new if ("d", member, d.token) not in self.retrying]
+            kept = back + fresh[:self._room(len(fresh), "deliveries", member, op)]
             entry.update((d.token, d) for d in kept)
             if not entry:
                 del self.deliveries[(member, op)]
@@ -123,7 +126,9 @@ class Owed:
         with self.lock:
             entry = self.keys.setdefault((member, op), {})
             new = [k for k in keys if k not in entry]
-            kept = new[:self._room(len(new), "keys", member, op)]
+            back = [k for k in new if ("k", member, k) in self.retrying]  # had room
+            fresh = [k for k in new if ("k", member, k) not in self.retrying]
+            kept = back + fresh[:self._room(len(fresh), "keys", member, op)]
             entry.update(dict.fromkeys(kept))
             if not entry:
                 del self.keys[(member, op)]

@@ -158,3 +158,17 @@ def test_what_is_being_settled_again_stays_owed_to_whoever_asks_meanwhile():
     assert h.settle_owed() == 2
     assert seen == [("queue_settle", True, 1, 1), ("queue_settle_keys", False, 0, 1)]
     assert h.owed()["deliveries"] == h.owed()["keys"] == 0 and not h.owes(d)
+
+
+def test_a_full_book_still_takes_back_what_it_was_settling_again():
+    a = FakeMember("a", tokens=[(1, 1), (1, 2)], script=["refuse", "refuse"])
+    g = FakeGroup(a)
+    h = handle(g)
+    h._owed.limit = 1
+    ds = deliveries(h, "a", 1, 2)
+    with pytest.raises(QueueNotPrimary):
+        h.settle_many("accept", ds, owe=True)
+    assert h.owed()["deliveries"] == 1 and h.owed()["over_limit"] == 1
+    assert h.settle_owed() == 0                              # refused again: owed again,
+    assert h.owed()["deliveries"] == 1 and h.owed()["over_limit"] == 1  # not over the bound
+    assert h.settle_owed() == 1 and h.owed()["deliveries"] == 0
