@@ -31,6 +31,14 @@ reads the same messages) instead of new ones; ``settle_keys(op, keys)`` settles 
 held under the keys. The ``client`` whose lease covers them is the caller's, renewed with
 ``renew(client)`` (a replay moves them to the asking client).
 
+Settles to make again (``actors/queue_owed.py``): ``settle_many(op, ds, owe=True)`` and
+``settle_keys(op, keys, owe=True)`` owe what a live member refused for now (a view change:
+QueueNotPrimary, QueueOutcomeUnknown) or what a call did not get through with: the member
+would otherwise keep it, leased to this process, and it would never be redelivered. The
+handle (and its ``on()`` handles) settles it again at every tick of the lease keeper below
+and on ``settle_owed()`` while its member is in the group (``group.member_names()``), and
+drops it once the member is not (the queue then redelivers it); ``owed()`` counts it.
+
 Member side: ``QueueHost`` belongs to a ``MemberActor``; ``attach(channel)`` puts the work
 queue service (stack/runtime/workqueue.py) on each new channel before it connects, and the
 ``QueueMethods`` mixin gives the actor its ``queue_*`` methods. A Delivery is held by the
@@ -59,6 +67,8 @@ from typing import Any, Optional
 
 from raygroups.stack.workqueue import AcquireTimeout, QueueOutcomeUnknown, WorkQueueConfig
 
+from .queue_owed import Owed, owes_again
+
 CALL_TIMEOUT_S = 60.0
 LEASE_S = 30.0
 """Default lease of a process's acquisitions (renewed every third of it while it lives)."""
@@ -72,13 +82,31 @@ log = logging.getLogger("raygroups.queue")
 
 class _Renewer:
     """The process's lease keeper: counts the deliveries it holds per (group, member) and,
-    while any are held, renews the lease on those members from a daemon thread."""
+    while any are held, renews the lease on those members from a daemon thread; a second
+    daemon thread settles again, at the same cadence, what the handles owe
+    (``queue_owed.Owed``), so that a settle waiting on an unreachable member never delays a
+    renewal."""
 
     def __init__(self):
         self.lock = threading.Lock()
         self.held: dict = {}     # (cluster, namespace, member) -> [group, count, lease_s]
-        self.thread: Optional[threading.Thread] = None
+        self.owed: dict = {}     # id(Owed) -> [Owed, lease_s] while it owes something
+        self.thread: Optional[threading.Thread] = None        # renews
+        self.owed_thread: Optional[threading.Thread] = None   # settles again
         self.wake = threading.Event()
+        self.owed_wake = threading.Event()
+
+    def _start(self, attr: str) -> None:
+        """With the lock held: the thread ``attr`` ("thread", "owed_thread"), unless it runs."""
+        t = getattr(self, attr)
+        if t is None or not t.is_alive():
+            step, wake, name = ((self.tick, self.wake, "raygroups-lease") if attr == "thread"
+                                else (self.settle_tick, self.owed_wake, "raygroups-owed"))
+            t = threading.Thread(target=self._run, args=(attr, step, wake), name=name,
+                                 kwargs={"wait": self._next_settle() if attr == "owed_thread"
+                                         else 0.0}, daemon=True)
+            setattr(self, attr, t)
+            t.start()
 
     def add(self, group: Any, member: str, n: int, lease_s: float) -> None:
         if n <= 0:
@@ -88,13 +116,12 @@ class _Renewer:
             entry = self.held.setdefault(key, [group, 0, lease_s])
             entry[1] += n
             entry[2] = min(entry[2], lease_s)
-            if self.thread is None or not self.thread.is_alive():
-                self.thread = threading.Thread(target=self._run, name="raygroups-lease",
-                                               daemon=True)
-                self.thread.start()
+            self._start("thread")
         self.wake.set()
 
     def done(self, group: Any, member: str, n: int) -> None:
+        if n <= 0:
+            return
         key = (group.cluster, group.namespace, member)
         with self.lock:
             entry = self.held.get(key)
@@ -103,35 +130,68 @@ class _Renewer:
                 if entry[1] <= 0:
                     del self.held[key]
 
-    def _run(self) -> None:
+    def watch(self, owed: Owed, lease_s: float) -> None:
+        """Settle ``owed`` again at each tick while it owes something."""
+        with self.lock:
+            entry = self.owed.setdefault(id(owed), [owed, lease_s])
+            entry[1] = min(entry[1], lease_s)
+            self._start("owed_thread")  # a tick from now, not at once: the member just refused
+
+    def tick(self) -> Optional[float]:
+        """Renew the leases; seconds to the next tick (None: nothing held). Raises
+        SystemExit when Ray shuts down in this process."""
+        with self.lock:
+            todo = [(k[2], e[0], e[2]) for k, e in self.held.items()]
+        for member, group, lease_s in todo:
+            try:
+                group._call("queue_renew", CLIENT, lease_s, member=member,
+                            timeout=max(1.0, lease_s / 3))
+            except SystemExit:
+                raise
+            except Exception as e:  # noqa: BLE001 - the member is gone or slow: its
+                log.debug("lease renewal at %s failed: %s", member, e)  # deliveries are
+        return min(lease for _m, _g, lease in todo) / 3 if todo else None  # requeued anyway
+
+    def settle_tick(self) -> Optional[float]:
+        """Settle again what the handles owe; seconds to the next tick (None: nothing
+        owed). Raises SystemExit when Ray shuts down in this process."""
+        with self.lock:
+            books = [tuple(e) for e in self.owed.values()]
+        for owed, _lease_s in books:
+            try:
+                owed.settle()
+            except SystemExit:
+                raise
+            except Exception as e:  # noqa: BLE001 - the group is gone for now: next tick
+                log.debug("settling again at %s failed: %s", owed.queue, e)
+            with self.lock:
+                if not len(owed):
+                    self.owed.pop(id(owed), None)
+        return min(lease for _o, lease in books) / 3 if books else None
+
+    def _next_settle(self) -> float:
+        """With the lock held: seconds to the settling thread's first tick."""
+        return min((lease for _o, lease in self.owed.values()), default=15.0) / 3
+
+    def _run(self, attr: str, step: Any, wake: threading.Event, wait: float = 0.0) -> None:
+        """``step`` every time it says (5 s when it has nothing to do), after ``wait``."""
         import ray
         while True:
-            if not ray.is_initialized():
-                # the process shut Ray down: a call now would start Ray again (Ray's
-                # auto-init) and connect a process that is done with it; nothing to renew
+            if wait:
+                wake.wait(wait)
+                wake.clear()
+            try:
+                if not ray.is_initialized():
+                    # the process shut Ray down: a call now would start Ray again (Ray's
+                    # auto-init) and connect a process that is done with it
+                    raise SystemExit
+                wait = step()
+            except SystemExit:  # Ray shuts down in this process: nothing to renew or settle
                 with self.lock:
-                    self.held.clear()
-                    self.thread = None
+                    (self.held if attr == "thread" else self.owed).clear()
+                    setattr(self, attr, None)
                 return
-            with self.lock:
-                todo = [(k[2], e[0], e[2]) for k, e in self.held.items()]
-            if not todo:
-                self.wake.wait(5.0)
-                self.wake.clear()
-                continue
-            for member, group, lease_s in todo:
-                try:
-                    group._call("queue_renew", CLIENT, lease_s, member=member,
-                                timeout=max(1.0, lease_s / 3))
-                except SystemExit:  # Ray shuts down in this process: nothing to renew
-                    with self.lock:
-                        self.held.clear()
-                        self.thread = None
-                    return
-                except Exception as e:  # noqa: BLE001 - the member is gone or slow: its
-                    log.debug("lease renewal at %s failed: %s", member, e)  # deliveries
-            self.wake.wait(min(lease for _m, _g, lease in todo) / 3)  # are requeued anyway
-            self.wake.clear()
+            wait = 5.0 if wait is None else wait
 
 
 _RENEWER = _Renewer()
@@ -189,7 +249,7 @@ class WorkQueueHandle:
                  member: Optional[str] = None, max_depth: Optional[int] = None,
                  max_bytes: Optional[int] = None, create: bool = True,
                  lease_s: float = LEASE_S, overflow: Optional[str] = None,
-                 ttl_s: Optional[float] = None):
+                 ttl_s: Optional[float] = None, _owed: Optional[Owed] = None):
         """``lease_s``: how long a member keeps this process's acquisitions after its last
         renewal (renewed automatically while the process lives). ``max_depth``,
         ``max_bytes``: the queue's limits (messages, body bytes; default the members'
@@ -201,6 +261,10 @@ class WorkQueueHandle:
         self.group, self.name, self.alternate, self.member = group, name, alternate, member
         self.lease_s = lease_s
         self._limits = (max_depth, max_bytes)
+        self._owed = _owed if _owed is not None else Owed(
+            group, name, self._settle_tokens, self._settle_keys_at,
+            released=lambda m, n: _RENEWER.done(group, m, n),
+            owing=lambda owed: _RENEWER.watch(owed, lease_s))
         if create:
             policy = {k: v for k, v in (("overflow", overflow), ("ttl_s", ttl_s))
                       if v is not None}  # only when set: a member of an older build
@@ -213,7 +277,7 @@ class WorkQueueHandle:
     def on(self, member: str) -> "WorkQueueHandle":
         """The same queue, used through ``member``."""
         return WorkQueueHandle(self.group, self.name, self.alternate, member, create=False,
-                               lease_s=self.lease_s)
+                               lease_s=self.lease_s, _owed=self._owed)
 
     # -- publishing -----------------------------------------------------------------------
     def publish(self, body: bytes) -> tuple:
@@ -276,11 +340,30 @@ class WorkQueueHandle:
                                timeout=(timeout_s or 0) + CALL_TIMEOUT_S)
         return self._leased(got) if client == CLIENT else self._deliveries(got)
 
-    def settle_keys(self, op: str, keys: list) -> dict:
+    def settle_keys(self, op: str, keys: list, owe: bool = False,
+                    timeout: float = CALL_TIMEOUT_S) -> dict:
         """accept/release/reject everything held under ``keys`` at this handle's member:
-        {"settled": n, "failed": n, "held": n still held there under them afterwards}."""
-        return self.group._call("queue_settle_keys", self.name, op, list(keys),
-                                member=self.member)
+        {"settled": n, "failed": n, "held": n still held there under them afterwards}.
+        ``owe``: keys the member still holds something under afterwards (it refused for
+        now), or whose call failed, are owed (``settle_owed``); needs the handle's
+        ``member``."""
+        if owe and self.member is None:
+            raise ValueError("settle_keys(owe=True) needs a handle on one member (on())")
+        try:
+            got = self.group._call("queue_settle_keys", self.name, op, list(keys),
+                                   member=self.member, timeout=timeout)
+        except Exception as e:
+            if owe and owes_again(e):
+                self._owed.add_keys(self.member, op, keys)
+            raise
+        if owe and got.get("held"):
+            self._owed.add_keys(self.member, op, keys)
+        return got
+
+    def _settle_keys_at(self, member: str, op: str, keys: list) -> dict:
+        """Owed keys settled again (``queue_owed.Owed``), each call within a lease tick."""
+        return self.on(member).settle_keys(op, keys, owe=True,
+                                           timeout=max(1.0, self.lease_s / 3))
 
     def renew(self, client: str = CLIENT) -> int:
         """Renew ``client``'s lease (``lease_s``) at this handle's member; how many
@@ -300,39 +383,91 @@ class WorkQueueHandle:
         return out
 
     # -- settling -------------------------------------------------------------------------
-    def settle_many(self, op: str, deliveries: list) -> None:
-        """accept/release/reject many deliveries (grouped per member, one call each)."""
-        self._settle(op, deliveries)
+    def settle_many(self, op: str, deliveries: list, owe: bool = False) -> None:
+        """accept/release/reject many deliveries (grouped per member, one call each); raises
+        the first error. ``owe``: each member is asked even when another failed, and the
+        deliveries a member refused for now (any error but its "not held" answers:
+        NotAcquired, StaleEpoch, NoSuchQueue), or whose call failed, are owed: settled
+        again while their member is in the group (``settle_owed``, and at every tick of
+        the process's lease keeper)."""
+        self._settle(op, deliveries, owe)
 
-    async def settle_many_async(self, op: str, deliveries: list) -> None:
-        await self._settle_async(op, deliveries)
+    async def settle_many_async(self, op: str, deliveries: list, owe: bool = False) -> None:
+        await self._settle_async(op, deliveries, owe)
+
+    def owed(self) -> dict:
+        """What this queue's handles owe: {"deliveries", "keys"} now, and so far
+        "settled" (again), "gone" (dropped: their member left the group, and the queue
+        redelivers them) and "over_limit" (not kept: beyond the bound,
+        ``queue_owed.MAX_OWED``; left to their lease)."""
+        return self._owed.info()
+
+    def owes(self, delivery: Delivery) -> bool:
+        """Whether ``delivery``'s settle is owed (to be made again)."""
+        return self._owed.owes(delivery)
+
+    def settle_owed(self, only: Optional[list] = None) -> int:
+        """Settle again what is owed now (``only``: of these deliveries), rather than at
+        the lease keeper's next tick; how many were settled (deliveries, and jobs under
+        keys). Those a member still refuses stay owed; those of a member no longer in the
+        group are dropped."""
+        return self._owed.settle(only)
 
     @staticmethod
     def _by_member(deliveries: list) -> dict:
         out: dict = {}
         for d in deliveries:
-            out.setdefault((d.member, d.queue), []).append(d.token)
+            out.setdefault((d.member, d.queue), []).append(d)
         return out
 
-    def _settled(self, member: str, errs: list) -> Optional[BaseException]:
-        """Every token answered (done, or not ours any more) leaves the lease count; the
-        first error, if any."""
-        _RENEWER.done(self.group, member, len(errs))
-        return next((e for e in errs if e is not None), None)
+    def _settled(self, member: str, op: str, ds: list, errs: list, owe: bool) -> None:
+        """Every delivery answered (done, or not ours any more) leaves the lease count but
+        those owed (``owe``)."""
+        again = [d for d, e in zip(ds, errs) if owes_again(e)] if owe else []
+        self._owed.add_deliveries(member, op, again)  # those it does not keep: released
+        _RENEWER.done(self.group, member, len(ds) - len(again))
 
-    def _settle(self, op: str, deliveries: list) -> None:
-        first = None
-        for (member, queue), tokens in self._by_member(deliveries).items():
-            errs = self.group._call("queue_settle", queue, op, tokens, member=member)
-            first = first or self._settled(member, errs)
+    def _settle_at(self, member: str, queue: str, op: str, ds: list, owe: bool,
+                   timeout: float = CALL_TIMEOUT_S) -> list:
+        """Settle ``ds`` at ``member``: [None or the error] per delivery. ``owe``: a call
+        that failed answers its error for each, and what is refused for now is owed."""
+        try:
+            errs = self.group._call("queue_settle", queue, op, [d.token for d in ds],
+                                    member=member, timeout=timeout)
+        except Exception as e:  # noqa: BLE001 - owed (unless "not held"), or raised
+            if not owe:
+                raise
+            errs = [e] * len(ds)
+        self._settled(member, op, ds, errs, owe)
+        return errs
+
+    def _settle_tokens(self, member: str, op: str, ds: list) -> list:
+        """The owed deliveries ``ds`` of ``member`` settled again (``queue_owed.Owed``),
+        each call within a lease tick (one that times out is owed again: a later try of
+        a settle that took effect meanwhile answers NotAcquired, and is done)."""
+        return self._settle_at(member, ds[0].queue, op, ds, True,
+                               timeout=max(1.0, self.lease_s / 3))
+
+    def _settle(self, op: str, deliveries: list, owe: bool = False) -> None:
+        errs = [e for (member, queue), ds in self._by_member(deliveries).items()
+                for e in self._settle_at(member, queue, op, ds, owe)]
+        first = next((e for e in errs if e is not None), None)
         if first is not None:
             raise first
 
-    async def _settle_async(self, op: str, deliveries: list) -> None:
-        first = None
-        for (member, queue), tokens in self._by_member(deliveries).items():
-            errs = await self.group._acall("queue_settle", queue, op, tokens, member=member)
-            first = first or self._settled(member, errs)
+    async def _settle_async(self, op: str, deliveries: list, owe: bool = False) -> None:
+        errs: list = []
+        for (member, queue), ds in self._by_member(deliveries).items():
+            try:
+                got = await self.group._acall("queue_settle", queue, op,
+                                              [d.token for d in ds], member=member)
+            except Exception as e:  # noqa: BLE001 - owed (unless "not held"), or raised
+                if not owe:
+                    raise
+                got = [e] * len(ds)
+            self._settled(member, op, ds, got, owe)
+            errs += got
+        first = next((e for e in errs if e is not None), None)
         if first is not None:
             raise first
 

@@ -18,9 +18,11 @@ holds, then commits the batch atomically (written to a hidden directory, renamed
 Only then are the messages accepted. A failure before the commit releases them; a crash of the
 member that holds them requeues them; an accept that fails after the commit (the member died
 in between) means they come again, and the sink drops them: every job once in the output. An
-accept that a live member refuses for now (a view change) is made again before the next
-batch (``QueueBatch.pending``): the member would otherwise hold those jobs, leased to this
-process, for as long as it runs.
+accept that a live member refuses for now (a view change) is owed by the queue handle and
+made again while the member is in the group, before the next batch and at each tick of the
+handle's lease keeper (``QueueBatch.pending``; the rule is ``WorkQueueHandle``'s,
+actors/queue_owed.py): the member would otherwise hold those jobs, leased to this process,
+for as long as it runs.
 """
 from __future__ import annotations
 
@@ -30,11 +32,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from raygroups.stack.workqueue import AcquireTimeout, NoSuchQueue, NotAcquired, StaleEpoch
+from raygroups.stack.workqueue import AcquireTimeout
 
 ID_COL = "id"
-HELD_NO_MORE = (NotAcquired, StaleEpoch, NoSuchQueue)
-"""A member's answers that it does not hold a delivery (any more): nothing to settle again."""
 
 
 @dataclass
@@ -80,14 +80,19 @@ class QueueBatch:
     settled: Optional[str] = None
     unsettled: int = 0
     """Deliveries whose settling failed for good: their member no longer holds them (they
-    were requeued and come again, or an earlier try settled them), or left the group."""
-    pending: list = field(default_factory=list)
-    """Deliveries whose settling failed other than by their member's "not held" answer
-    (QueueNotPrimary in a view change, QueueOutcomeUnknown, a call that timed out or did not
-    reach the member across a partition): the member may still hold them, leased to this
-    process, and then they are not redelivered while it lives; ``retry()`` settles them
-    again (an accept that took effect meanwhile answers NotAcquired, and is done)."""
+    were requeued and come again, or an earlier try settled them), or left the group (as
+    ``commit``, ``release`` and ``retry`` saw; the handle counts the rest, ``owed()``)."""
     errors: list = field(default_factory=list)
+
+    @property
+    def pending(self) -> list:
+        """Deliveries whose settling failed other than by their member's "not held" answer
+        (QueueNotPrimary in a view change, QueueOutcomeUnknown, a call that timed out or did
+        not reach the member across a partition): the member may still hold them, leased to
+        this process, and then they are not redelivered while it lives. The handle owes them
+        (``WorkQueueHandle.settle_many(..., owe=True)``) and settles them again at each tick
+        of its lease keeper; ``retry()`` does it now."""
+        return [d for d in self.deliveries if self.handle.owes(d)]
 
     @property
     def ids(self) -> list:
@@ -100,23 +105,18 @@ class QueueBatch:
         if self.settled is not None:
             raise RuntimeError(f"this batch was already settled ({self.settled})")
         self.settled = op
-        return self._settle_each(self.deliveries)
-
-    def _settle_each(self, deliveries: list) -> int:
         by_member: dict = {}
-        for d in deliveries:
+        for d in self.deliveries:
             by_member.setdefault(d.member, []).append(d)
         done = 0
         for member, ds in sorted(by_member.items()):
             try:
-                self.handle.settle_many(self.settled, ds)
+                self.handle.settle_many(op, ds, owe=True)
                 done += len(ds)
-            except HELD_NO_MORE as e:  # requeued, or settled already (a second try of an
-                self.unsettled += len(ds)  # applied accept): nothing left to settle
+            except Exception as e:  # noqa: BLE001 - refused for now (a view change) or the
+                owed = sum(1 for d in ds if self.handle.owes(d))  # call did not get through:
+                self.unsettled += len(ds) - owed  # owed; "not held": nothing left to settle
                 self._error(member, e)
-            except Exception as e:  # noqa: BLE001 - refused for now (a view change), or the
-                self.pending += ds  # call did not get through: settle again while the member
-                self._error(member, e)  # is in the group (it may still hold them)
         return done
 
     def _error(self, member: str, e: Exception) -> None:
@@ -124,16 +124,15 @@ class QueueBatch:
             self.errors.append(f"{member}: {type(e).__name__}: {e}")
 
     def retry(self) -> int:
-        """Settle the ``pending`` deliveries again, as they were to be settled; how many
+        """Settle the ``pending`` deliveries again now, as they were to be settled; how many
         were. Those of a member no longer in the group are dropped (its acquisitions were
         requeued: they come again); those a member still refuses stay pending."""
-        ds, self.pending = self.pending, []
+        ds = self.pending
         if not ds:
             return 0
-        members = set(self.handle.group.member_names())
-        gone = [d for d in ds if d.member not in members]
-        self.unsettled += len(gone)
-        return self._settle_each([d for d in ds if d.member in members])
+        done = self.handle.settle_owed(only=ds)
+        self.unsettled += len(ds) - done - len(self.pending)
+        return done
 
     def commit(self) -> int:
         """Accept every message (after the output is committed); the number accepted."""
@@ -246,10 +245,11 @@ class BatchResult:
     accepted: int = 0
     unsettled: int = 0
     pending: int = 0
-    """This batch's deliveries a live member refused to settle for now: settled again at
-    the start of later batches (``QueueSource.run_batch``)."""
+    """This batch's deliveries a live member refused to settle for now: owed by the handle,
+    settled again at the start of later batches (``QueueSource.run_batch``) and at each tick
+    of the handle's lease keeper."""
     retried: int = 0
-    """Deliveries of earlier batches settled at the start of this one."""
+    """Owed deliveries of earlier batches settled at the start of this one."""
     released: int = 0
     errors: list = field(default_factory=list)
     view: Optional[str] = None
@@ -266,7 +266,6 @@ class QueueSource:
         self.config = config or QueueSourceConfig()
         self.handle = _group(group).queue(queue, alternate=self.config.alternate,
                                           member=self.config.member)
-        self.pending: list = []  # earlier batches with deliveries to settle again
 
     def next_batch(self, max_messages: Optional[int] = None) -> QueueBatch:
         return acquire_batch(self.spark, self.handle, self.config, max_messages)
@@ -294,14 +293,10 @@ class QueueSource:
         res.written, res.duplicates = got["written"], got["duplicates"]
         res.accepted = batch.commit()
         res.unsettled, res.pending, res.errors = batch.unsettled, len(batch.pending), batch.errors
-        if batch.pending:
-            self.pending.append(batch)
         return res
 
     def _retry(self) -> int:
-        """Settle again what earlier batches left pending (an accept refused during a view
+        """Settle again what earlier batches left owed (an accept refused during a view
         change: the output is committed, and the member would hold the messages, leased to
         this process, for as long as it lives); how many were settled."""
-        done = sum(b.retry() for b in self.pending)
-        self.pending = [b for b in self.pending if b.pending]
-        return done
+        return self.handle.settle_owed()

@@ -210,8 +210,6 @@ class QueueStream:
                   .option("rowsPerBatch", config.partitions)
                   .option("numPartitions", config.partitions).load())
         self.df = ticker.mapInArrow(_reader(self.spec), _schema())
-        self._owed: dict = {}  # (member, op) -> keys to settle again (settle_owed)
-        self._owed_lock = threading.Lock()
         self._stop = threading.Event()
         self._renewer = threading.Thread(target=self._renew, daemon=True,
                                          name=f"raygroups-stream-{name}")
@@ -235,10 +233,6 @@ class QueueStream:
                     self.handle.on(m).renew(self.spec.client)
                 except Exception as e:  # noqa: BLE001 - gone: what it held is requeued
                     log.debug("stream %s: lease renewal at %s failed: %s", self.name, m, e)
-            try:
-                self.settle_owed()
-            except Exception as e:  # noqa: BLE001 - the group is gone for now
-                log.debug("stream %s: settling owed keys failed: %s", self.name, e)
 
     def rebound(self, batch: int) -> bool:
         """Whether a partition of ``batch`` moved to another member (see stream_ledger)."""
@@ -248,47 +242,22 @@ class QueueStream:
     def _settle_keys(self, member: str, op: str, keys: list) -> dict:
         """``settle_keys`` at ``member``; keys it still holds something under afterwards (it
         refused for now: a view change), or whose call failed (a partition, a timeout, or
-        the member died), are owed: settled again by ``settle_owed`` while the member is in
-        the group. Otherwise the member would hold those jobs, leased to this stream, for
-        as long as the stream lives."""
-        try:
-            got = self.handle.on(member).settle_keys(op, keys)
-        except Exception:
-            self._owe(member, op, keys)
-            raise
-        if got.get("held"):
-            self._owe(member, op, keys)
-        return got
-
-    def _owe(self, member: str, op: str, keys: list) -> None:
-        with self._owed_lock:
-            self._owed.setdefault((member, op), set()).update(keys)
+        the member died), are owed by the handle (``WorkQueueHandle.settle_keys(...,
+        owe=True)``): settled again while the member is in the group, at the next batch's
+        settle and at each tick of the handle's lease keeper. Otherwise the member would
+        hold those jobs, leased to this stream, for as long as the stream lives."""
+        return self.handle.on(member).settle_keys(op, keys, owe=True)
 
     def owed(self) -> int:
         """Keys whose settling a member refused for now, to be settled again."""
-        with self._owed_lock:
-            return sum(len(ks) for ks in self._owed.values())
+        return self.handle.owed()["keys"]
 
     def settle_owed(self) -> int:
-        """Settle the owed keys again (before each batch's settle, and at each lease
-        renewal); how many jobs were settled. Keys of a member no longer in the group are
-        dropped (its acquisitions were requeued), and so are those it holds nothing under
-        any more (an earlier try took effect); the rest stay owed."""
-        with self._owed_lock:
-            owed, self._owed = self._owed, {}
-        if not owed:
-            return 0
-        members, done = set(self.group.member_names()), 0
-        for (member, op), keys in sorted(owed.items()):
-            if member not in members:
-                log.info("stream %s: %s left the group; %d keys to %s dropped (requeued)",
-                         self.name, member, len(keys), op)
-                continue
-            try:
-                done += self._settle_keys(member, op, sorted(keys))["settled"]
-            except Exception as e:  # noqa: BLE001 - owed again: the next try
-                log.warning("stream %s: %s again at %s failed: %s", self.name, op, member, e)
-        return done
+        """Settle the owed keys again now (also before each batch's settle, and at each tick
+        of the handle's lease keeper); how many jobs were settled. Keys of a member no
+        longer in the group are dropped (its acquisitions were requeued), and so are those
+        it holds nothing under any more (an earlier try took effect); the rest stay owed."""
+        return self.handle.settle_owed()
 
     def _settle_at(self, member: str, op: str, mine: list, orphans: list) -> dict:
         """Settle a batch's keys bound at ``member`` (and release the orphans a moved key

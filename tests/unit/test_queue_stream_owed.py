@@ -3,48 +3,46 @@ queue handle (no Ray, no Spark): keys a live member still holds something under 
 settle (it refused for now: QueueNotPrimary in a view change, QueueOutcomeUnknown), or whose
 call did not get through, are owed and settled again, at the next batch's settle and at each
 lease renewal, while the member is in the group; keys of a member that left the group are
-dropped (its acquisitions were requeued). Without this, a refused accept leaves its jobs held
+dropped (its acquisitions were requeued). The rule is the queue handle's
+(``WorkQueueHandle.settle_keys(..., owe=True)``, actors/queue_owed.py); these tests check
+the stream keeps it through the handle. Without this, a refused accept leaves its jobs held
 by the member, leased to the running stream, for as long as the stream lives: the bug the
 campaign across Ray hosts found in the micro-batch source (test_queue_source_settle.py)."""
-import threading
-from types import SimpleNamespace
+import pytest
 
+from raygroups.actors import queue as queue_mod
 from raygroups.integration.queue_stream import QueueStream
 from raygroups.stack.errors import GroupClosed
 
-
-class Member:
-    """One member's keyed holdings; ``refuse`` the next N settle calls (held stays)."""
-
-    def __init__(self, keys: dict, refuse: int = 0, error: Exception = None):
-        self.keys, self.refuse, self.error, self.calls = dict(keys), refuse, error, []
-
-    def settle_keys(self, op: str, keys: list) -> dict:
-        self.calls.append((op, list(keys)))
-        if self.error is not None:
-            err, self.error = self.error, None
-            raise err
-        held = sum(self.keys.get(k, 0) for k in keys)
-        if self.refuse:
-            self.refuse -= 1
-            return {"settled": 0, "failed": held, "held": held}
-        for k in keys:
-            self.keys.pop(k, None)
-        return {"settled": held, "failed": 0, "held": 0}
+from .fake_queue_group import FakeGroup, FakeMember, QuietRenewer, handle
 
 
-def stream(members: dict, in_group=None) -> QueueStream:
+@pytest.fixture(autouse=True)
+def renewer(monkeypatch):
+    r = QuietRenewer()
+    monkeypatch.setattr(queue_mod, "_RENEWER", r)
+    return r
+
+
+def Member(name: str, keys: dict, refuse: int = 0, error: Exception = None) -> FakeMember:
+    """One member's keyed holdings; refuses the next ``refuse`` settle calls (held stays),
+    or fails the next one with ``error``."""
+    return FakeMember(name, keys=keys, script=[error] if error else ["refuse"] * refuse)
+
+
+def stream(*members: FakeMember, in_group=None) -> QueueStream:
     s = QueueStream.__new__(QueueStream)   # its settling only: no Spark, no Ray
-    s.name, s._owed, s._owed_lock = "st", {}, threading.Lock()
-    s.handle = SimpleNamespace(on=lambda m: members[m])
-    names = list(members) if in_group is None else in_group
-    s.group = SimpleNamespace(member_names=lambda: list(names))
+    s.name = "st"
+    s.group = FakeGroup(*members)
+    if in_group is not None:
+        s.group.in_group = in_group
+    s.handle = handle(s.group)             # the real handle: its owed settles
     return s
 
 
 def test_keys_a_member_refused_for_now_are_owed_and_settled_again():
-    a = Member({"st/1/0": 3, "st/1/1": 2}, refuse=2)
-    s = stream({"a": a})
+    a = Member("a", {"st/1/0": 3, "st/1/1": 2}, refuse=2)
+    s = stream(a)
     got = s._settle_at("a", "accept", ["st/1/0", "st/1/1"], [])
     assert got == {"settled": 0, "failed": 5, "held": 5, "gone": False}
     assert s.owed() == 2
@@ -55,10 +53,9 @@ def test_keys_a_member_refused_for_now_are_owed_and_settled_again():
 
 
 def test_a_call_that_failed_is_owed_and_a_member_that_left_is_dropped():
-    a = Member({"st/2/0": 4}, error=GroupClosed("member a is gone (ActorUnavailableError)"))
-    b = Member({"st/2/1": 1}, error=TimeoutError("partition"))
-    members = {"a": a, "b": b}
-    s = stream(members, in_group=["a"])                # b left the group
+    a = Member("a", {"st/2/0": 4}, error=GroupClosed("member a is gone (ActorUnavailableError)"))
+    b = Member("b", {"st/2/1": 1}, error=TimeoutError("partition"))
+    s = stream(a, b, in_group=["a"])                   # b left the group
     assert s._settle_at("a", "accept", ["st/2/0"], [])["gone"]
     assert s._settle_at("b", "release", [], ["st/2/1"])["gone"] is False
     assert s.owed() == 2
@@ -67,7 +64,7 @@ def test_a_call_that_failed_is_owed_and_a_member_that_left_is_dropped():
 
 
 def test_a_settle_that_took_effect_is_not_owed():
-    a = Member({"st/3/0": 2})
-    s = stream({"a": a})
+    a = Member("a", {"st/3/0": 2})
+    s = stream(a)
     assert s._settle_at("a", "accept", ["st/3/0"], [])["settled"] == 2
     assert s.owed() == 0
