@@ -12,8 +12,8 @@ try took effect, or the delivery was requeued. Owed items of a member no longer 
 (``group.member_names()``) are dropped: its holds are gone and the queue redelivers its jobs.
 
 Bounded: at most ``limit`` items (deliveries plus keys, those being settled again included)
-are owed at once; those beyond are not kept, counted in ``info()["over_limit"]`` and logged. A delivery not kept is left to its
-lease: the member releases it once this process stops renewing there (it holds nothing
+are owed at once; those beyond are not kept, counted in ``info()["over_limit"]`` and
+logged. A delivery not kept is left to its lease: the member releases it once this process stops renewing there (it holds nothing
 else there, or it ends), and then it is redelivered.
 """
 from __future__ import annotations
