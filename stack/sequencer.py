@@ -123,15 +123,24 @@ class Sequencer(Layer):
             return
         early = self.early.setdefault(origin, {})
         early[seq] = msg
-        while upto + 1 in early:  # each sender's messages in its own order (FIFO)
-            upto += 1
-            m = early.pop(upto)
-            flags = m.flags & ~(CONTROL | INTERNAL)
-            headers = {k: v for k, v in m.headers.items() if k > 10}  # layers above us
-            headers[10] = [ORDERED_MSG, origin.uid, upto]
-            self.below.down(Message(None, m.payload, flags, headers))
-            self.stats["ordered"] += 1
-        self.ordered[origin] = upto
+        try:
+            while upto + 1 in early:  # each sender's messages in its own order (FIFO)
+                m = early[upto + 1]
+                flags = m.flags & ~(CONTROL | INTERNAL)
+                headers = {k: v for k, v in m.headers.items() if k > 10}  # layers above us
+                headers[10] = [ORDERED_MSG, origin.uid, upto + 1]
+                self.below.down(Message(None, m.payload, flags, headers))
+                del early[upto + 1]
+                upto += 1
+                self.stats["ordered"] += 1
+        except RaygroupsError:
+            # refused below (FlowControlFull: the send queue is at its bound), so not sent:
+            # it stays early and is ordered when its sender forwards it again. Never raised
+            # into the receive path: the rest of the batch (and a view change, when this runs
+            # for the forwards that waited for it) would be lost with it.
+            self.stats["order_deferred"] += 1
+        finally:
+            self.ordered[origin] = upto  # what did go: never ordered a second time
         if len(early) > self.config.max_outstanding:
             early.clear()  # bounded: the sender resends
 

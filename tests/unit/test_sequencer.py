@@ -363,3 +363,45 @@ def test_the_coordinator_resends_nothing_into_a_state_exchange_and_orders_it_aft
     assert ordered_out() == []
     exchange(v2)
     assert ordered_out() == [b"mine"]
+
+
+def test_an_order_refused_below_waits_for_the_resend_and_nothing_goes_twice():
+    """Flow control refuses the coordinator's multicast (its send queue is at its bound):
+    nothing is raised into the receive path (the rest of the batch, or a view change, would
+    be lost with it); what went stays ordered once, what did not goes when its sender
+    forwards it again, in each origin's order."""
+    from raygroups.stack.flow_control import FlowControlFull
+    s = make(coord=True)
+    full = {"origin": s.b.uid, "from": 2}
+    real_down = s.below.down
+
+    def down(msg):
+        _, origin, seq = msg.headers[10]
+        if origin == full["origin"] and seq >= full["from"]:
+            raise FlowControlFull("full")
+        real_down(msg)
+
+    s.below.down = down
+    s.up(forward(s, s.b, 1), forward(s, s.b, 2), forward(s, s.b, 3), forward(s, s.c, 1))
+    assert hdrs(s.below.take()) == [[ORDERED_MSG, s.b.uid, 1], [ORDERED_MSG, s.c.uid, 1]]
+    assert s.layer.stats["order_deferred"] == 2  # B's 2, then again when B's 3 came
+    full["origin"] = None  # credits came back
+    s.up(forward(s, s.b, 1), forward(s, s.b, 2), forward(s, s.b, 3))  # B's resends
+    assert hdrs(s.below.take()) == [[ORDERED_MSG, s.b.uid, 2], [ORDERED_MSG, s.b.uid, 3]]
+    assert s.layer.stats["ordered"] == 4
+
+
+def test_an_order_refused_below_does_not_break_the_view_change_that_orders_the_waiting():
+    """Forwards that waited for a primary view are ordered as the view arrives; a refusal
+    below then must not raise out of the view change."""
+    from raygroups.stack.flow_control import FlowControlFull
+    s = make(coord=True, primary=False)
+    s.up(forward(s, s.b, 1), forward(s, s.c, 1))
+    assert s.below.take() == []  # not primary: they wait
+
+    def down(msg):
+        raise FlowControlFull("full")
+
+    s.below.down = down
+    install(s, 4, (s.local, s.b, s.c), primary=True)  # must not raise
+    assert s.layer.stats["order_deferred"] == 2 and s.layer.stats["ordered"] == 0
