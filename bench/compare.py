@@ -1,9 +1,9 @@
 """raygroups against JGroups 2.12 and Serf, side by side in one run, on loopback.
 
-    python bench/compare.py                  # the full table (about 25 minutes)
+    python bench/compare.py                  # the full table (about 30 minutes)
     python bench/compare.py --quick          # fewer messages and trials (about 6 minutes)
     python bench/compare.py --json out.json  # also write every figure as JSON
-    python bench/compare.py --only tput,join,detect,converge,loss   # a subset
+    python bench/compare.py --only tput,join,detect,hang,converge,loss   # a subset
 
 Installs nothing: it uses the peers when present and otherwise prints the setup step
 (``apt-get install libjgroups-java serf``, plus a JDK for ``javac``) and skips their rows.
@@ -21,22 +21,26 @@ peer (raygroups, peer, raygroups, peer, ...), so both see the same machine state
   ``StackConfig.local(...)`` with static discovery.
 * join: connect() of the 2nd and the 5th member, existing members in one process (one JVM),
   the joiner in another that does one discarded warm-up join and then times each trial.
-* detection: n members up (raygroups ``StackConfig.lan()``, static discovery; Serf agents
-  ``serf agent -bind=127.0.0.1:<port> -rpc-addr=127.0.0.1:<port>``, LAN profile, joined with
-  -join), kill -9 one at random, time until every survivor dropped it: raygroups members
+* detection: n members up (raygroups ``StackConfig.lan()``, FD_SOCK on as in that preset,
+  static discovery; Serf agents ``serf agent -bind=127.0.0.1:<port>
+  -rpc-addr=127.0.0.1:<port>``, LAN profile, joined with -join), kill -9 one at random, time until every survivor dropped it: raygroups members
   print a time.time() stamp with each view; Serf agents log ``EventMemberFailed`` (the
   stream ``serf monitor`` shows), stamped as each line arrives, and ``serf members`` then
   confirms the victim failed. The figure of a trial is its slowest survivor.
+* hang detection: the same groups and figure, but one member (agent) is SIGSTOPped instead:
+  its sockets stay open, so no connection closes and only timers find it. SIGCONT once
+  every survivor dropped it; the next trial starts when all n share one view (list) again.
 * join convergence: n-1 members up, the n-th started and idle; at t0 it is told to join
   (raygroups: "go" on its stdin, then Channel.connect; Serf: ``serf join`` through its RPC
   address); the figure is the time until every one of the n members lists all n.
 * false exclusions: n live raygroups members, each dropping 10% of what it receives (the
-  in-process fault layer, ``faults__drop_up=0.1``), LAN timers; every member that any view
+  in-process fault layer, ``faults__drop_up=0.1``), LAN preset (FD_SOCK on); every member that any view
   removes is a false exclusion.
 
 Targets (ratios raygroups/peer from this run): throughput >= 1.0x JGroups for 1 KB, 3
 members, UDP and >= 0.8x for 100 B; the 2nd member's join <= 0.25x JGroups's; detection p50
-<= 0.3x Serf's at 5 and 10 members, with zero false exclusions at 10% loss.
+<= 0.3x Serf's and <= 0.3 s at 5 and 10 members, with zero false exclusions at 10% loss;
+hang detection p50 <= 2 s (Serf's figure and the ratio beside it, no ratio target).
 """
 from __future__ import annotations
 
@@ -73,6 +77,8 @@ TARGETS = {
     "tput_100b_3_udp": 0.8,
     "join_2nd": 0.25,          # raygroups / JGroups join time, at most
     "detect_p50": 0.3,         # raygroups / Serf detection p50, at most (5 and 10 members)
+    "detect_p50_s": 0.3,       # and at most this many seconds, absolute
+    "hang_p50_s": 2.0,         # SIGSTOP -> excluded at every survivor, p50 at most (s)
     "false_exclusions_10pct": 0,
 }
 
@@ -580,9 +586,14 @@ class RgGroup:
         self.wait_full(range(self.n), self.names)
 
     def kill(self, i: int) -> float:
-        t = time.time()
-        self.procs[i].kill(signal.SIGKILL)
+        t = self.signal(i, signal.SIGKILL)
         self.procs[i].p.wait(10)
+        return t
+
+    def signal(self, i: int, sig: int) -> float:
+        """Send ``sig`` to member i's process group; returns time.time() just before."""
+        t = time.time()
+        self.procs[i].kill(sig)
         return t
 
     def close(self) -> None:
@@ -706,9 +717,14 @@ class SerfGroup:
             return t0
 
     def kill(self, i: int) -> float:
-        t = time.time()
-        self.procs[i].kill(signal.SIGKILL)
+        t = self.signal(i, signal.SIGKILL)
         self.procs[i].p.wait(10)
+        return t
+
+    def signal(self, i: int, sig: int) -> float:
+        """Send ``sig`` to member i's process group; returns time.time() just before."""
+        t = time.time()
+        self.procs[i].kill(sig)
         return t
 
     def close(self) -> None:
@@ -721,37 +737,74 @@ class SerfGroup:
                 pass
 
 
+def rg_excluded(g: RgGroup, victim: int, t0: float) -> list:
+    """Every survivor's delay from ``t0`` until its view dropped the victim (s)."""
+    name = g.names[victim]
+    survivors = [i for i in range(g.n) if i != victim]
+    g.wait(lambda: all(name not in (g.members(i) or [name]) for i in survivors), 60,
+           f"view without {name}")
+    return [first_time(g.views(i), lambda v: name not in v["members"], t0) - t0
+            for i in survivors]
+
+
 def rg_detect_trial(g: RgGroup, rng: random.Random) -> list:
     """kill -9 one member; every survivor's delay until its view dropped it (s)."""
     victim = rng.randrange(g.n)
-    name = g.names[victim]
-    survivors = [i for i in range(g.n) if i != victim]
-    t_kill = g.kill(victim)
-    g.wait(lambda: all(name not in (g.members(i) or [name]) for i in survivors), 60,
-           f"view without {name}")
-    delays = [first_time(g.views(i), lambda v: name not in v["members"], t_kill) - t_kill
-              for i in survivors]
+    delays = rg_excluded(g, victim, g.kill(victim))
     g.spawn(victim)
     g.wait_full(range(g.n), g.names)
     return delays
 
 
-def serf_detect_trial(g: SerfGroup, rng: random.Random) -> list:
+def while_stopped(g, victim: int, excluded: Callable[..., list]) -> list:
+    """SIGSTOP the victim, ``excluded(g, victim, t_stop)`` (the survivors' delays), then
+    SIGCONT, even when that failed."""
+    t_stop = g.signal(victim, signal.SIGSTOP)
+    try:
+        return excluded(g, victim, t_stop)
+    finally:
+        g.signal(victim, signal.SIGCONT)
+
+
+def rg_hang_trial(g: RgGroup, rng: random.Random) -> list:
+    """SIGSTOP one member; every survivor's delay until its view dropped it (s); SIGCONT,
+    and wait until all n share one view again."""
     victim = rng.randrange(g.n)
+    delays = while_stopped(g, victim, rg_excluded)
+    g.wait(lambda: len({tuple(g.views(i)[-1]["view_id"]) for i in range(g.n)}) == 1
+           and sorted(g.members(0)) == sorted(g.names), 60, "one view after SIGCONT")
+    return delays
+
+
+def serf_failed(g: SerfGroup, victim: int, t0: float) -> list:
+    """Every other agent's delay from ``t0`` until it logged the victim failed (s)."""
     name = g.names[victim]
     survivors = [i for i in range(g.n) if i != victim]
-    t_kill = g.kill(victim)
 
     def failed_at(i: int) -> Optional[float]:
         return first_time(g.events(i), lambda e: e["kind"] == "failed" and e["name"] == name,
-                          t_kill)
+                          t0)
     g.wait(lambda: all(failed_at(i) is not None for i in survivors), 90, f"{name} failed")
-    delays = [failed_at(i) - t_kill for i in survivors]
     status = g.members_cli(survivors[0]).get(name)  # and `serf members` agrees
     if status != "failed":
         raise RuntimeError(f"serf members at {g.names[survivors[0]]}: {name} is {status!r}")
+    return [failed_at(i) - t0 for i in survivors]
+
+
+def serf_detect_trial(g: SerfGroup, rng: random.Random) -> list:
+    victim = rng.randrange(g.n)
+    delays = serf_failed(g, victim, g.kill(victim))
     g.spawn(victim)
     g.wait_full(range(g.n))
+    return delays
+
+
+def serf_hang_trial(g: SerfGroup, rng: random.Random) -> list:
+    """SIGSTOP one agent until every other one logged it failed; SIGCONT: it refutes its
+    death, and every agent lists all n again."""
+    victim = rng.randrange(g.n)
+    delays = while_stopped(g, victim, serf_failed)
+    g.wait_full(range(g.n), timeout=90)
     return delays
 
 
@@ -933,46 +986,71 @@ def run_join(args, peers: Peers, tmp: str, res: dict) -> None:
         res["rows"].append(rec)
 
 
+def paired_runs(g: RgGroup, s: Optional[SerfGroup], start: Callable[[], None], trials: int,
+                ours: Callable[[], object], peer: Callable[[], object], label: str) -> tuple:
+    """``start()`` the groups, then ``alternate`` runs of ours and (with a Serf group) the
+    peer's; both groups are closed at the end."""
+    try:
+        start()
+        return alternate(trials, ours, peer if s is not None else None, label)
+    except (RuntimeError, TimeoutError, OSError) as e:
+        log(f"  {label}: the groups did not form: {e}")
+        return [{"error": str(e)[:300]}], []
+    finally:
+        g.close()
+        if s is not None:
+            s.close()
+
+
+def detection_row(args, peers: Peers, tmp: str, res: dict, n: int, rng: random.Random,
+                  label: str, kind: str, rg_trial, serf_trial) -> None:
+    """One row: a raygroups group and a Serf group of n, trials alternating; the figure of a
+    trial is its slowest survivor. kill -9 ("detection") has a ratio target and an
+    absolute one, a hang ("hang") an absolute one."""
+    trials = args.trials or (4 if args.quick else 12)
+    g = RgGroup(n, f"{kind}{n}", tmp)
+    s = SerfGroup(peers.serf, n, tmp) if peers.serf else None
+
+    def start() -> None:
+        g.start()
+        if s is not None:
+            s.start()
+    a, b = paired_runs(g, s, start, trials, lambda: rg_trial(g, rng),
+                       lambda: serf_trial(s, rng), label)
+    slow = lambda rs: [max(r) for r in rs if isinstance(r, list)]  # noqa: E731
+    flat = lambda rs: [x for r in rs if isinstance(r, list) for x in r]  # noqa: E731
+    abs_target = TARGETS["detect_p50_s" if kind == "detection" else "hang_p50_s"]
+    p50 = summary(slow(a))["median"]
+    rec = row_record(kind, label, slow(a), slow(b) if s else None,
+                     "Serf " + (peers.serf_version or ""), False,
+                     TARGETS["detect_p50"] if kind == "detection" else None,
+                     {"unit": "s", "members": n, "figure": "per trial, the slowest survivor",
+                      "abs_target_s": abs_target,
+                      "abs_target_met": p50 is not None and p50 <= abs_target,
+                      "p99": {"raygroups": pct(slow(a), 0.99),
+                              "peer": pct(slow(b), 0.99) if s else None},
+                      "per_member_p50": {"raygroups": pct(flat(a), 0.5),
+                                         "peer": pct(flat(b), 0.5) if s else None},
+                      "errors": [r for r in a + b if isinstance(r, dict)]})
+    res["rows"].append(rec)
+
+
 def run_membership(args, peers: Peers, tmp: str, res: dict) -> None:
     rng = random.Random(args.seed)
-    trials = args.trials or (4 if args.quick else 12)
     conv_trials = 3 if args.quick else 8
     for n in (5, 10):
         if "detect" in args.only:
-            label = f"crash detection (kill -9), {n} members"
-            g = RgGroup(n, f"det{n}", tmp)
-            s = SerfGroup(peers.serf, n, tmp) if peers.serf else None
-            try:
-                g.start()
-                if s is not None:
-                    s.start()
-                a, b = alternate(trials, lambda: rg_detect_trial(g, rng),
-                                 (lambda: serf_detect_trial(s, rng)) if s else None, label)
-            except (RuntimeError, TimeoutError, OSError) as e:
-                log(f"  {label}: the groups did not form: {e}")
-                a, b = [{"error": str(e)[:300]}], []
-            finally:
-                g.close()
-                if s is not None:
-                    s.close()
-            slow = lambda rs: [max(r) for r in rs if isinstance(r, list)]  # noqa: E731
-            flat = lambda rs: [x for r in rs if isinstance(r, list) for x in r]  # noqa: E731
-            rec = row_record("detection", label, slow(a), slow(b) if s else None,
-                             "Serf " + (peers.serf_version or ""), False,
-                             TARGETS["detect_p50"],
-                             {"unit": "s", "members": n,
-                              "figure": "per trial, the slowest survivor",
-                              "p99": {"raygroups": pct(slow(a), 0.99),
-                                      "peer": pct(slow(b), 0.99) if s else None},
-                              "per_member_p50": {"raygroups": pct(flat(a), 0.5),
-                                                 "peer": pct(flat(b), 0.5) if s else None},
-                              "errors": [r for r in a + b if isinstance(r, dict)]})
-            res["rows"].append(rec)
+            detection_row(args, peers, tmp, res, n, rng, f"crash detection (kill -9), {n} "
+                          "members", "detection", rg_detect_trial, serf_detect_trial)
+        if "hang" in args.only:
+            detection_row(args, peers, tmp, res, n, rng, f"hang detection (SIGSTOP), {n} "
+                          "members", "hang", rg_hang_trial, serf_hang_trial)
         if "converge" in args.only:
             label = f"join convergence, {n}th member joins {n - 1}"
             g = RgGroup(n, f"conv{n}", tmp)
             s = SerfGroup(peers.serf, n, tmp) if peers.serf else None
-            try:
+
+            def start_all_but_one(g=g, s=s) -> None:
                 for i in range(n - 1):
                     g.spawn(i)
                     time.sleep(0.2)
@@ -982,15 +1060,9 @@ def run_membership(args, peers: Peers, tmp: str, res: dict) -> None:
                         s.spawn(i)
                         time.sleep(0.2)
                     s.wait_full(range(n - 1))
-                a, b = alternate(conv_trials, lambda: rg_converge_trial(g),
-                                 (lambda: serf_converge_trial(s)) if s else None, label)
-            except (RuntimeError, TimeoutError, OSError) as e:
-                log(f"  {label}: the groups did not form: {e}")
-                a, b = [{"error": str(e)[:300]}], []
-            finally:
-                g.close()
-                if s is not None:
-                    s.close()
+            a, b = paired_runs(g, s, start_all_but_one, conv_trials,
+                               lambda: rg_converge_trial(g), lambda: serf_converge_trial(s),
+                               label)
             ok = lambda rs: [r for r in rs if isinstance(r, float)]  # noqa: E731
             rec = row_record("convergence", label, ok(a), ok(b) if s else None,
                              "Serf " + (peers.serf_version or ""), False, None,
@@ -1041,10 +1113,13 @@ def print_report(res: dict) -> None:
             peer = (r["peer"].strip() + ": " + fmt_time(r["peer_figures"], unit)) \
                 if r["peer_figures"] else "(missing)"
             cpu = ""
-        tgt = ""
+        tgt = []
         if "target" in r:
             sign = ">=" if r["higher_is_better"] else "<="
-            tgt = f"{sign} {r['target']}x: {verdict(r['target_met'])}"
+            tgt.append(f"{sign} {r['target']}x: {verdict(r['target_met'])}")
+        if "abs_target_s" in r:
+            tgt.append(f"p50 <= {r['abs_target_s']} s: {verdict(r['abs_target_met'])}")
+        tgt = "; ".join(tgt)
         print(f"| {r['row']} | {ours} | {peer} | {fmt_ratio(r['ratio'])} | {cpu} | {tgt} |")
     for f in res["false_exclusions"]:
         fe = f.get("false_exclusions")
@@ -1063,8 +1138,14 @@ def print_report(res: dict) -> None:
         both = ok and fe_ok
         print(f"detection p50 <= 0.3x Serf at 5 and 10 members with zero false exclusions at "
               f"10% loss: {verdict(both if (fe_ok is not None and all(r.get('target_met') is not None for r in det)) else None)}")
+    for kind, what in (("detection", "kill -9 detection p50 <= 0.3 s"),
+                       ("hang", "hang detection p50 <= 2 s")):
+        rows = [r for r in res["rows"] if r["kind"] == kind]
+        if rows:
+            print(f"{what} at {' and '.join(str(r['members']) for r in rows)} members: "
+                  f"{verdict(all(r['abs_target_met'] for r in rows))}")
     for r in res["rows"]:
-        if "target" in r and r["kind"] != "detection":
+        if "target" in r and r["kind"] not in ("detection", "hang"):
             sign = ">=" if r["higher_is_better"] else "<="
             print(f"{r['row']}: {fmt_ratio(r['ratio'])} {sign} {r['target']}x: "
                   f"{verdict(r['target_met'])}")
@@ -1076,13 +1157,14 @@ def main(argv=None) -> int:
                                  epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--quick", action="store_true", help="fewer messages and trials")
     ap.add_argument("--json", metavar="PATH", help="write every figure as JSON")
-    ap.add_argument("--only", default="tput,join,detect,converge,loss",
-                    help="comma list of: tput,join,detect,converge,loss")
+    ap.add_argument("--only", default="tput,join,detect,hang,converge,loss",
+                    help="comma list of: tput,join,detect,hang,converge,loss")
     ap.add_argument("--count", type=int, help="messages per throughput run "
                     "(default 100,000; 20,000 with --quick)")
     ap.add_argument("--repeat", type=int, help="throughput runs per system and row "
                     "(default 3; 2 with --quick)")
-    ap.add_argument("--trials", type=int, help="kill -9 trials per system and group size")
+    ap.add_argument("--trials", type=int,
+                    help="kill -9 and SIGSTOP trials per system and group size")
     ap.add_argument("--loss-seconds", type=float, help="seconds of each 10%% loss run")
     ap.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio",
                     help="event loop of the raygroups members (default asyncio)")
@@ -1124,8 +1206,8 @@ def main(argv=None) -> int:
         if "join" in args.only:
             log("join time (raygroups vs JGroups udp.xml)")
             run_join(args, peers, tmp, res)
-        if args.only & {"detect", "converge"}:
-            log("crash detection and join convergence (raygroups lan vs Serf lan)")
+        if args.only & {"detect", "hang", "converge"}:
+            log("crash and hang detection, join convergence (raygroups lan vs Serf lan)")
             run_membership(args, peers, tmp, res)
         if "loss" in args.only:
             log("false exclusions at 10% loss (raygroups lan, fault layer)")

@@ -1,4 +1,5 @@
-"""Failure detection, false exclusions under loss, and heal-to-one-view, on real sockets.
+"""Failure detection (crash, hang, host loss), false exclusions under loss, and
+heal-to-one-view, on real sockets.
 
 Every member is its own process (``python -m tests.member_proc``) on this machine, with the
 LAN preset (``StackConfig.lan()`` timers: SWIM probes every 0.2 s, 80 ms probe timeout,
@@ -13,8 +14,15 @@ shares one clock, so the stamps compare directly with the time of the kill or he
   the LAN preset FD_SOCK is on: the killed member's watcher sees its connection close and
   SWIM verifies at once; each trial counts whether that path excluded it (a survivor's
   ``verified_dead`` went up: "by FD_SOCK"). ``--no-fd-sock`` measures SWIM's timers alone.
-* false exclusions: 5 members, every member drops a share of the messages it receives
-  (the in-process fault layer, ``faults__drop_up=p``). Every member stays alive, so each
+* hang: SIGSTOP one member (the coordinator included), the same measure; SIGCONT once
+  every survivor excluded it, and wait until it merged back into one full view. Its kernel
+  keeps its connections open, so FD_SOCK (on) sees nothing: SWIM's timers find it.
+* host loss: as root, one member per network namespace (tests/netns.py); nftables drops
+  everything in and out of one member's namespace, the same measure; the rule is lifted
+  once every other member excluded it, and it merges back. No reset reaches anyone either.
+  Both at 5 and 10 members, ``--trials`` each; target p50 <= 2 s at every member.
+* false exclusions: 5 members (LAN preset, FD_SOCK on), every member drops a share of the
+  messages it receives (the in-process fault layer, ``faults__drop_up=p``). Every member stays alive, so each
   member that some installed view removes is a false exclusion (counted once per view id
   and member); the rate is per member-hour of running.
 * heal: split 5 members 3/2, wait until each side installed a view of its own side, heal,
@@ -22,10 +30,11 @@ shares one clock, so the stamps compare directly with the time of the kill or he
   ``heal`` on the members' stdin: they drop what the other side sends), and, as root, in
   network namespaces with nftables (tests/netns.py).
 
-    python bench/failure.py                   # the full table (about 20 minutes)
+    python bench/failure.py                   # the full table (about 35 minutes)
     python bench/failure.py --quick           # fewer trials, shorter loss runs (~4 min)
     python bench/failure.py --json out.json   # also write the figures
     python bench/failure.py --skip loss,heal --no-fd-sock   # detection by SWIM's timers
+    python bench/failure.py --skip detect,loss,heal --trials 12   # hang and host loss
 
 Run from the repository root (the members run as ``python -m tests.member_proc``).
 """
@@ -51,8 +60,9 @@ from tests.netns import NetLab  # noqa: E402
 
 LAN = ["--preset", "lan"]
 SIDES = ([0, 1, 2], [3, 4])
-TARGETS = {"detect_p50_s": 0.3, "detect_p99_s": 2.0, "false_exclusions_10pct": 0,
-           "heal_s": 5.0}
+TARGETS = {"detect_p50_s": 0.3, "detect_p99_s": 2.0, "hang_p50_s": 2.0,
+           "false_exclusions_10pct": 0, "heal_s": 5.0}
+PARTS = ("detect", "hang", "hostloss", "loss", "heal")
 
 
 def pct(xs: list, q: float) -> float:
@@ -91,65 +101,121 @@ def one_view(lasts: list, names: list) -> bool:
             and sorted(lasts[0]["members"]) == sorted(names))
 
 
-# -- kill -9 -> new view -------------------------------------------------------------------
+# -- a member hit (kill -9, SIGSTOP) -> new view --------------------------------------------
+def exclusion_delays(views_by_survivor: list, name: str, t0: float) -> list:
+    """Each survivor's delay from ``t0`` to its first view (stamped after ``t0``) without
+    ``name``."""
+    return [next(v["t"] for v in views if v["t"] >= t0 and name not in v["members"]) - t0
+            for views in views_by_survivor]
+
+
+def summarize(per_member: list, at_all: list) -> dict:
+    """Percentiles of every survivor's delay, and of each trial's slowest survivor."""
+    return {"per_member_p50_s": pct(per_member, 0.5), "per_member_p99_s": pct(per_member, 0.99),
+            "all_p50_s": pct(at_all, 0.5), "all_p99_s": pct(at_all, 0.99),
+            "all_max_s": max(at_all, default=float("nan")),
+            "all_mean_s": statistics.fmean(at_all) if at_all else float("nan")}
+
+
 def verified(g: LoopbackMembers, members: list) -> int:
     """SWIM's ``verified_dead`` summed over ``members``: deaths FD_SOCK's path found."""
     return sum(s.get("swim", {}).get("verified_dead", 0) for s in g.stats(members).values())
 
 
-def detection(n: int, trials: int, settle: float, rng: random.Random,
-              extra: list = ()) -> dict:
-    per_member, at_all, coord_trials, missed, by_fd_sock = [], [], 0, 0, 0
+def loopback_trials(n: int, trials: int, settle: float, rng: random.Random, verb: str,
+                    extra: list, hit, mend, note=lambda g, survivors: "") -> dict:
+    """``trials`` times: hit a random member (the coordinator included) with
+    ``hit(g, victim, survivors)`` (returns the time of the fault), measure until every
+    survivor installed a view without it, then ``mend(g, victim)`` (TimeoutError: the group
+    is started afresh). ``note(g, survivors)`` labels a trial ("" for none); ``noted``
+    counts the labelled ones. A member not excluded within 30 s is a missed trial."""
+    per_member, at_all, coord_hit, missed, noted = [], [], 0, 0, 0
     g = None
     try:
         done = 0
         while done < trials:
             if g is None:
-                g = start_group(n, f"detect{n}", LAN + list(extra))
+                g = start_group(n, "".join(filter(str.isalnum, verb)) + str(n), LAN + list(extra))
             time.sleep(settle)
             members = g.last_view(0)["members"]
             victim = rng.randrange(n)
             name = g.names[victim]
             survivors = [i for i in range(n) if i != victim]
-            before = verified(g, survivors)
-            t_kill = g.signal(victim, signal.SIGKILL)
+            t0 = hit(g, victim, survivors)
             try:
                 g.wait_all(lambda v: name not in v["members"], survivors, timeout=30)
             except TimeoutError as e:
                 missed += 1
-                log(f"  n={n}: {name} not excluded within 30 s; restarting the group\n"
-                    f"{str(e)[:3000]}")
+                log(f"  n={n}: {verb} {name}: not excluded within 30 s; restarting the "
+                    f"group\n{str(e)[:3000]}")
                 g.close()
                 g = None
                 continue
-            delays = [next(v["t"] for v in g.views(i)
-                           if v["t"] >= t_kill and name not in v["members"]) - t_kill
-                      for i in survivors]
+            delays = exclusion_delays([g.views(i) for i in survivors], name, t0)
             per_member.extend(delays)
             at_all.append(max(delays))
-            fd = verified(g, survivors) > before
-            by_fd_sock += fd
-            coord_trials += members[0] == name
+            label = note(g, survivors)
+            noted += bool(label)
+            coord_hit += members[0] == name
             done += 1
-            log(f"  n={n} trial {done}/{trials}: kill -9 {name}"
+            log(f"  n={n} trial {done}/{trials}: {verb} {name}"
                 f"{' (coordinator)' if members[0] == name else ''}: "
-                f"{min(delays):.3f}..{max(delays):.3f} s{' (by FD_SOCK)' if fd else ''}")
-            g.spawn(victim)
+                f"{min(delays):.3f}..{max(delays):.3f} s{label}")
             try:
-                g.wait_all(lambda v: len(v["members"]) == n, timeout=30)
+                mend(g, victim)
             except TimeoutError as e:
-                log(f"  n={n}: {name} did not rejoin; restarting the group\n{str(e)[:3000]}")
+                log(f"  n={n}: {name} not back in one view; restarting the group\n"
+                    f"{str(e)[:3000]}")
                 g.close()
                 g = None
     finally:
         if g is not None:
             g.close()
-    return {"members": n, "trials": trials, "coordinator_kills": coord_trials,
-            "missed": missed, "by_fd_sock": by_fd_sock,
-            "per_member_p50_s": pct(per_member, 0.5), "per_member_p99_s": pct(per_member, 0.99),
-            "all_p50_s": pct(at_all, 0.5), "all_p99_s": pct(at_all, 0.99),
-            "all_max_s": max(at_all, default=float("nan")),
-            "all_mean_s": statistics.fmean(at_all) if at_all else float("nan")}
+    return {"members": n, "trials": trials, "coordinator_hit": coord_hit, "missed": missed,
+            "noted": noted, **summarize(per_member, at_all)}
+
+
+def whole_again(g: LoopbackMembers, n: int, since: float, timeout: float = 60.0) -> None:
+    """Every member installed, after ``since``, one common view of all n."""
+    g.wait(lambda: one_view([g.last_view(i) for i in range(n)], g.names)
+           and all(g.last_view(i)["t"] >= since for i in range(n)), timeout,
+           f"one {n}-member view", live=range(n))
+
+
+def detection(n: int, trials: int, settle: float, rng: random.Random,
+              extra: list = ()) -> dict:
+    """kill -9; a fresh process (a fresh address) takes the victim's place afterwards."""
+    before = {}
+
+    def hit(g: LoopbackMembers, victim: int, survivors: list) -> float:
+        before["verified"] = verified(g, survivors)
+        return g.signal(victim, signal.SIGKILL)
+
+    def by_fd_sock(g: LoopbackMembers, survivors: list) -> str:
+        return " (by FD_SOCK)" if verified(g, survivors) > before["verified"] else ""
+
+    def respawn(g: LoopbackMembers, victim: int) -> None:
+        t = time.time()
+        g.spawn(victim)
+        whole_again(g, n, t, timeout=30)
+    res = loopback_trials(n, trials, settle, rng, "kill -9", extra, hit, respawn, by_fd_sock)
+    res["by_fd_sock"] = res.pop("noted")
+    return res
+
+
+# -- SIGSTOP (a hung process) -> new view ---------------------------------------------------
+def hang(n: int, trials: int, settle: float, rng: random.Random) -> dict:
+    """SIGSTOP one member: its kernel keeps its sockets open, so FD_SOCK sees nothing and
+    SWIM's timers must find it. SIGCONT once every survivor excluded it, and wait until it
+    merged back into one view of all n."""
+    def stop(g: LoopbackMembers, victim: int, survivors: list) -> float:
+        return g.signal(victim, signal.SIGSTOP)
+
+    def cont(g: LoopbackMembers, victim: int) -> None:
+        whole_again(g, n, g.signal(victim, signal.SIGCONT))
+    res = loopback_trials(n, trials, settle, rng, "SIGSTOP", [], stop, cont)
+    del res["noted"]
+    return {"kind": "SIGSTOP", **res}
 
 
 # -- false exclusions under random loss ----------------------------------------------------
@@ -194,6 +260,7 @@ def false_exclusions(loss: float, seconds: float, n: int = 5) -> dict:
                 for k in ("probes", "suspicions", "refutations", "remove_overruled",
                           "suspicion_extended", "dead")}
         dropped = sum(s.get("faults", {}).get("dropped_up", 0) for s in stats)
+        watched = sum(s.get("fd_sock", {}).get("connected", 0) for s in stats)
         member_hours = n * (t1 - t0) / 3600
         final_one = one_view([g.last_view(i) for i in range(n)], g.names)
     return {"loss": loss, "members": n, "seconds": round(t1 - t0, 1),
@@ -201,7 +268,7 @@ def false_exclusions(loss: float, seconds: float, n: int = 5) -> dict:
             "per_member_hour": len(found) / member_hours,
             "upper95_per_member_hour": (3.0 if not found else float("nan")) / member_hours,
             "excluded": [[list(vid), m] for vid, m in found], "swim": swim,
-            "dropped_up": dropped, "one_view_at_end": final_one}
+            "dropped_up": dropped, "fd_sock_connected": watched, "one_view_at_end": final_one}
 
 
 # -- heal -> one view ----------------------------------------------------------------------
@@ -235,69 +302,114 @@ def heal_faults(trials: int, settle: float) -> dict:
             "p50_s": pct(out, 0.5), "max_s": max(out), "all_s": out}
 
 
-def heal_netns(trials: int, settle: float) -> dict:
-    n, port = 5, 7800
-    out, applied = [], []
-    name = cluster("heal-netns")
+def lab_views(procs: list) -> list:
+    """Every view each lab member printed so far (complete lines only)."""
+    res = []
+    for p in procs:
+        with open(p.out_path, "rb") as f:
+            data = f.read()
+        data = data[:data.rfind(b"\n") + 1]
+        res.append([json.loads(x) for x in data.splitlines() if x.startswith(b"{")
+                    and b'"view"' in x])
+    return res
 
-    def lasts(procs) -> list:
-        res = []
-        for p in procs:
-            with open(p.out_path, "rb") as f:
-                data = f.read()
-            data = data[:data.rfind(b"\n") + 1]
-            vs = [json.loads(x) for x in data.splitlines() if x.startswith(b"{")
-                  and b'"view"' in x]
-            res.append(vs)
-        return res
 
-    def wait(procs, cond, what, timeout=60.0):
-        deadline = time.monotonic() + timeout
-        while True:
-            vs = lasts(procs)
-            if all(vs) and cond([v[-1] for v in vs]):
-                return vs
-            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-                detail = "\n".join(f"  {names[k]} (exit {p.poll()}): "
-                                   + "; ".join(f"{v['view_id']} {v['members']}"
-                                               f"{' merge' if v['merge'] else ''}"
-                                               for v in vs[k][-6:])
-                                   for k, p in enumerate(procs))
-                raise TimeoutError(f"no {what} within {timeout:.0f} s; last views:\n{detail}")
-            time.sleep(0.02)
+def lab_wait(procs: list, names: list, cond, what: str, timeout: float = 60.0) -> list:
+    """Poll until ``cond`` holds for the members' last views; returns every view."""
+    deadline = time.monotonic() + timeout
+    while True:
+        vs = lab_views(procs)
+        if all(vs) and cond([v[-1] for v in vs]):
+            return vs
+        if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+            detail = "\n".join(f"  {names[k]} (exit {p.poll()}): "
+                               + "; ".join(f"{v['view_id']} {v['members']}"
+                                           f"{' merge' if v['merge'] else ''}"
+                                           for v in vs[k][-6:])
+                               for k, p in enumerate(procs))
+            raise TimeoutError(f"no {what} within {timeout:.0f} s; last views:\n{detail}")
+        time.sleep(0.02)
 
+
+def lab_group(lab: NetLab, tag: str, port: int = 7800) -> tuple:
+    """One member per lab host (m0, m1, ...), LAN preset, static discovery; returns
+    (procs, names) once all are in one view."""
+    n, name = lab.n, cluster(tag)
     names = [f"m{k}" for k in range(n)]
-    with NetLab(n) as lab:
-        hosts = ",".join(f"{lab.addr(k)}:{port}" for k in range(n))
-        procs = [None] * n
-        for k in range(n):
-            procs[k] = lab.spawn(k, [sys.executable, "-m", "tests.member_proc", "--cluster",
-                                     name, "--name", names[k], "--bind", lab.addr(k),
-                                     "--port", str(port), "--hosts", hosts, *LAN],
-                                 cwd=REPO, name=names[k])
-            time.sleep(0.2)
-        wait(procs, lambda ls: one_view(ls, names), "5-member view")
+    hosts = ",".join(f"{lab.addr(k)}:{port}" for k in range(n))
+    procs = []
+    for k in range(n):
+        procs.append(lab.spawn(k, [sys.executable, "-m", "tests.member_proc", "--cluster",
+                                   name, "--name", names[k], "--bind", lab.addr(k),
+                                   "--port", str(port), "--hosts", hosts, *LAN],
+                               cwd=REPO, name=names[k]))
+        time.sleep(0.2)
+    lab_wait(procs, names, lambda ls: one_view(ls, names), f"{n}-member view")
+    return procs, names
+
+
+def heal_netns(trials: int, settle: float) -> dict:
+    out, applied = [], []
+    with NetLab(5) as lab:
+        procs, names = lab_group(lab, "heal-netns")
         for trial in range(trials):
             time.sleep(settle)
             t_cut = time.time()
             lab.partition(SIDES)
-            wait(procs, lambda ls: all(one_view([ls[k] for k in s], [names[k] for k in s])
-                                       for s in SIDES), "split views")
+            lab_wait(procs, names,
+                     lambda ls: all(one_view([ls[k] for k in s], [names[k] for k in s])
+                                    for s in SIDES), "split views")
             t_split = time.time()
             time.sleep(settle)
             t_heal = time.time()
             lab.heal()
             applied.append(time.time() - t_heal)
-            vs = wait(procs, lambda ls: one_view(ls, names), "one view after the heal")
+            vs = lab_wait(procs, names, lambda ls: one_view(ls, names),
+                          "one view after the heal")
             vid = vs[0][-1]["view_id"]
             t_one = max(next(v["t"] for v in mv if v["view_id"] == vid) for mv in vs)
             out.append(t_one - t_heal)
             log(f"  heal (netns) trial {trial + 1}/{trials}: split seen after "
                 f"{t_split - t_cut:.2f} s, one view {t_one - t_heal:.2f} s after the heal "
                 f"(nft rules lifted in {applied[-1] * 1000:.0f} ms)")
-    return {"how": "network namespaces + nftables", "trials": trials, "members": n,
+    return {"how": "network namespaces + nftables", "trials": trials, "members": 5,
             "p50_s": pct(out, 0.5), "max_s": max(out), "all_s": out,
             "nft_apply_s": statistics.fmean(applied)}
+
+
+# -- host loss (nftables drop-all on one namespace) -> new view ------------------------------
+def host_loss(n: int, trials: int, settle: float, rng: random.Random) -> dict:
+    """Isolate one member's namespace (nftables drops everything in and out: no reset
+    reaches anyone, so FD_SOCK sees nothing and SWIM's timers must find it); lift the rule
+    once every other member excluded it, and wait until it merged back into one view."""
+    per_member, at_all, coord_trials = [], [], 0
+    with NetLab(n) as lab:
+        procs, names = lab_group(lab, f"hostloss{n}")
+        for trial in range(trials):
+            time.sleep(settle)
+            members = lab_views(procs)[0][-1]["members"]
+            victim = rng.randrange(n)
+            name = names[victim]
+            survivors = [k for k in range(n) if k != victim]
+            t_cut = time.time()
+            lab.isolate(victim)
+            vs = lab_wait(procs, names,
+                          lambda ls: all(name not in ls[k]["members"] for k in survivors),
+                          f"views without {name}", timeout=30)
+            t_heal = time.time()
+            lab.heal()
+            delays = exclusion_delays([vs[k] for k in survivors], name, t_cut)
+            per_member.extend(delays)
+            at_all.append(max(delays))
+            coord_trials += members[0] == name
+            log(f"  n={n} trial {trial + 1}/{trials}: isolated {name}"
+                f"{' (coordinator)' if members[0] == name else ''}: "
+                f"{min(delays):.3f}..{max(delays):.3f} s")
+            lab_wait(procs, names,
+                     lambda ls: one_view(ls, names) and all(v["t"] >= t_heal for v in ls),
+                     f"one {n}-member view after the heal")
+    return {"kind": "host loss (nftables)", "members": n, "trials": trials,
+            "coordinator_hit": coord_trials, "missed": 0, **summarize(per_member, at_all)}
 
 
 # -- report --------------------------------------------------------------------------------
@@ -309,13 +421,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer trials, shorter loss runs")
     ap.add_argument("--json", metavar="PATH", help="write the figures as JSON")
-    ap.add_argument("--trials", type=int, help="kill -9 trials per group size")
+    ap.add_argument("--trials", type=int,
+                    help="kill -9, SIGSTOP and host-loss trials per group size")
     ap.add_argument("--loss-seconds", type=float, help="seconds per loss rate")
     ap.add_argument("--heal-trials", type=int)
     ap.add_argument("--seed", type=int, default=1, help="which members get killed")
-    ap.add_argument("--skip", default="", help="comma list of: detect,loss,heal")
+    ap.add_argument("--skip", default="", help="comma list of: " + ",".join(PARTS))
     ap.add_argument("--no-fd-sock", action="store_true",
-                    help="detection by SWIM's timers alone (FD_SOCK off in every member)")
+                    help="kill -9 detection by SWIM's timers alone (FD_SOCK off in those "
+                    "members; the other parts keep it on)")
     args = ap.parse_args()
     q = args.quick
     trials = args.trials or (8 if q else 30)
@@ -323,11 +437,15 @@ def main() -> None:
     heal_trials = args.heal_trials or (3 if q else 10)
     settle = 1.5
     skip = set(filter(None, args.skip.split(",")))
+    if skip - set(PARTS):
+        ap.error(f"--skip: unknown {','.join(sorted(skip - set(PARTS)))} "
+                 f"(choose from {','.join(PARTS)})")
     rng = random.Random(args.seed)
     res: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                              "loop": "asyncio", "preset": "StackConfig.lan() on 127.0.0.1, "
                              "static discovery, UDP + IP multicast"
-                             + (", FD_SOCK off" if args.no_fd_sock else ", FD_SOCK on")},
+                             + (", FD_SOCK on (off for kill -9: --no-fd-sock)"
+                                if args.no_fd_sock else ", FD_SOCK on")},
                  "quick": q, "targets": TARGETS}
 
     if "detect" not in skip:
@@ -336,6 +454,19 @@ def main() -> None:
             log(f"kill -9 -> new view, {n} members, {trials} trials")
             res["detection"].append(detection(n, trials, settle, rng,
                                               ["--no-fd-sock"] if args.no_fd_sock else []))
+    if "hang" not in skip:
+        res["hang"] = []
+        for n in (5, 10):
+            log(f"SIGSTOP -> new view, {n} members, {trials} trials")
+            res["hang"].append(hang(n, trials, settle, rng))
+    if "hostloss" not in skip:
+        ok, why = NetLab.available()
+        if ok:
+            for n in (5, 10):
+                log(f"host loss (nftables drop-all) -> new view, {n} members, {trials} trials")
+                res.setdefault("hang", []).append(host_loss(n, trials, settle, rng))
+        else:
+            res["hostloss_skipped"] = why
     if "loss" not in skip:
         res["false_exclusions"] = []
         for loss in (0.05, 0.10):
@@ -367,18 +498,35 @@ def main() -> None:
             d["target_met"] = ok
             tgt = f"p50 <= 0.3 s, p99 <= 2 s: {verdict(ok)}"
             miss = f" ({d['missed']} missed)" if d["missed"] else ""
-            print(f"| {d['members']} | {d['trials']}{miss} | {d['coordinator_kills']} | "
+            print(f"| {d['members']} | {d['trials']}{miss} | {d['coordinator_hit']} | "
                   f"{d['by_fd_sock']} | "
                   f"{d['per_member_p50_s']:.3f} / {d['per_member_p99_s']:.3f} s | "
                   f"{d['all_p50_s']:.3f} / {d['all_p99_s']:.3f} / {d['all_max_s']:.3f} s | "
                   f"{tgt} |")
         print()
+    if "hang" in res or "hostloss_skipped" in res:
+        print("hang and host loss -> view without the member (SWIM's timers: FD_SOCK is on "
+              "but sees no connection close)")
+        print("| how | members | trials | coord hit | per member p50 / p99 | "
+              "at every member p50 / p99 / max | target |")
+        print("|---|---|---|---|---|---|---|")
+        for d in res.get("hang", []):
+            d["target_met"] = d["all_p50_s"] <= TARGETS["hang_p50_s"] and not d["missed"]
+            miss = f" ({d['missed']} missed)" if d["missed"] else ""
+            print(f"| {d['kind']} | {d['members']} | {d['trials']}{miss} | "
+                  f"{d['coordinator_hit']} | "
+                  f"{d['per_member_p50_s']:.3f} / {d['per_member_p99_s']:.3f} s | "
+                  f"{d['all_p50_s']:.3f} / {d['all_p99_s']:.3f} / {d['all_max_s']:.3f} s | "
+                  f"p50 <= 2 s: {verdict(d['target_met'])} |")
+        if "hostloss_skipped" in res:
+            print(f"(host loss skipped: {res['hostloss_skipped']})")
+        print()
     if "false_exclusions" in res:
         print("false exclusions: 5 live members, each dropping a share of what it receives "
               "(fault layer)")
         print("| loss | run | member-hours | false exclusions | per member-hour | "
-              "suspicions / refutations | one view at end | target |")
-        print("|---|---|---|---|---|---|---|---|")
+              "suspicions / refutations | FD_SOCK connections | one view at end | target |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for f in res["false_exclusions"]:
             rate = (f"{f['per_member_hour']:.1f}" if f["false_exclusions"]
                     else f"0 (95% bound < {f['upper95_per_member_hour']:.0f})")
@@ -388,7 +536,8 @@ def main() -> None:
                 tgt = f"zero at 10%: {verdict(f['target_met'])}"
             print(f"| {f['loss']:.0%} | {f['seconds']:.0f} s | {f['member_hours']:.3f} | "
                   f"{f['false_exclusions']} | {rate} | {f['swim']['suspicions']} / "
-                  f"{f['swim']['refutations']} | {f['one_view_at_end']} | {tgt} |")
+                  f"{f['swim']['refutations']} | {f['fd_sock_connected']} | "
+                  f"{f['one_view_at_end']} | {tgt} |")
         print()
     if "heal" in res:
         print("partition 3/2, heal -> one common 5-member view at every member")

@@ -22,10 +22,14 @@ Faults are nftables rules in each host namespace, table ``inet raygroups``:
 
 * ``partition([[0, 1], [2]])``: each host drops (at input) packets whose source is a host
   of another group; hosts named in no group are isolated. ``heal()`` lifts it.
+* ``isolate(k)``: host k drops everything on its eth0, in and out (a lost host, or a dead
+  link: nothing arrives and nothing leaves; its TCP connections see no reset). ``heal()``
+  lifts it.
 * ``drop(k, 30)``: host k drops 30 % of the packets arriving on its eth0
   (``numgen random mod 10000 < 3000``); ``drop_all(p)`` for every host; 0 lifts it.
 * named counters per host: ``seen_in`` (packets arriving on eth0), ``lost_in`` (dropped by
-  ``drop``), ``cut_in`` / ``cut_out`` (dropped by the partition) -- ``lab.counters(k)``.
+  ``drop``), ``cut_in`` / ``cut_out`` (dropped by the partition or the isolation) --
+  ``lab.counters(k)``.
 
 Cleanup: ``close()`` (the context manager, and ``atexit`` for labs never closed) kills every
 process inside the lab's namespaces and deletes the namespaces (veths and bridge go with them).
@@ -127,6 +131,7 @@ class NetLab:
         self.procs: list[subprocess.Popen] = []
         self._groups: Optional[list[list[int]]] = None
         self._outbound = False
+        self._isolated: set[int] = set()
         self._loss: dict[int, float] = {}
         self._created: list[str] = []
         self._closed = False
@@ -298,9 +303,17 @@ class NetLab:
         for k in range(self.n):
             self._apply(k)
 
+    def isolate(self, k: int) -> None:
+        """Host k drops every packet on its lab interface, arriving and leaving (a UDP
+        ``sendto`` there fails with EPERM). Only host k's rules change."""
+        self.addr(k)
+        self._isolated.add(k)
+        self._apply(k)
+
     def heal(self) -> None:
-        """Lift the partition (random loss set with ``drop`` stays)."""
+        """Lift the partition and every isolation (random loss set with ``drop`` stays)."""
         self._groups = None
+        self._isolated.clear()
         for k in range(self.n):
             self._apply(k)
 
@@ -318,8 +331,9 @@ class NetLab:
             self.drop(k, percent)
 
     def clear(self) -> None:
-        """No partition, no loss."""
+        """No partition, no isolation, no loss."""
         self._groups, self._loss = None, {}
+        self._isolated.clear()
         for k in range(self.n):
             self._apply(k)
 
@@ -354,6 +368,9 @@ class NetLab:
         (named counters survive)."""
         lines = [f"flush chain inet {TABLE} input", f"flush chain inet {TABLE} output",
                  f'add rule inet {TABLE} input iifname "eth0" counter name "seen_in"']
+        if k in self._isolated:
+            lines += [f'add rule inet {TABLE} input iifname "eth0" counter name "cut_in" drop',
+                      f'add rule inet {TABLE} output oifname "eth0" counter name "cut_out" drop']
         blocked = self._blocked(k)
         if blocked:
             s = ", ".join(blocked)

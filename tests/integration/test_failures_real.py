@@ -13,7 +13,9 @@ Throughout, the members that keep running are never excluded from each other's v
 every view id lists the same members at every member that installed it. Loopback members
 use ``StackConfig.local()`` (its SWIM timers are the LAN defaults).
 
-In network namespaces (root, tests/netns.py): a 3/2 partition cut with nftables gives
+In network namespaces (root, tests/netns.py): a member whose namespace nftables isolates
+(everything dropped, in and out) is excluded by the others, who stay together, and merges
+back once the rule is lifted; a 3/2 partition cut with nftables gives
 each side a view of its own, and after the heal everyone converges to one view again; the
 same split keeps the primary component on the 3 side, while the 2 side's send waits and goes
 out after the heal (issue 4); in gossip membership, six hosts split into halves or thirds list
@@ -232,6 +234,51 @@ def test_namespace_partition_heals_into_one_view():
         print(f"netns 3/2 partition: split views after {t_split - t_cut:.2f} s (seen), "
               f"one view {final['view_id']} {final['members']} "
               f"{t_one - t_heal:.2f} s after the heal (seen)")
+
+
+@pytest.mark.root
+@pytest.mark.skipif(not _ok, reason=_why)
+@pytest.mark.parametrize("role", ["member", "coordinator"])
+def test_namespace_isolated_member_is_excluded_then_merged_back(role):
+    """nftables drops everything in and out of one member's namespace (a lost host: no
+    reset reaches anyone, so FD_SOCK sees no connection close and SWIM's timers must find
+    it): the others exclude it and stay together; once the rule is lifted it comes back
+    into one view with everyone."""
+    n = 4
+    with NetLab(n) as lab:
+        hosts = ",".join(f"{lab.addr(k)}:{PORT}" for k in range(n))
+        procs = _lab_spawn(lab, cluster(f"netns-isolate-{role}"), hosts, "--preset", "lan")
+        names = [f"m{k}" for k in range(n)]
+        _lab_wait(procs, lambda lasts: _one_view(lasts, names), f"{n}-member view")
+        order = _lab_views(procs)[0][-1]["members"]
+        victim = names.index(order[0] if role == "coordinator" else order[-1])
+        others = [k for k in range(n) if k != victim]
+        time.sleep(0.5)
+
+        t_cut = time.time()
+        lab.isolate(victim)
+        t_excl = _lab_wait(procs, lambda lasts: _one_view([lasts[k] for k in others],
+                                                          [names[k] for k in others]),
+                           f"view without {names[victim]} at the others")
+        counts = lab.counters(victim)
+        assert counts["cut_in"] > 0 and counts["cut_out"] > 0, lab.rules(victim)
+        time.sleep(1.0)  # isolated a little past the exclusion
+
+        t_heal = time.time()
+        lab.heal()
+        t_one = _lab_wait(procs, lambda lasts: _one_view(lasts, names)
+                          and all(v["t"] >= t_heal for v in lasts),
+                          f"one {n}-member view after the rule is lifted")
+        views = _lab_views(procs)
+        check_agreement(dict(zip(names, views)))
+        live = {names[k] for k in others}
+        for k in others:  # the reachable members never excluded one another
+            for v in views[k]:
+                assert v["t"] < t_cut or live <= set(v["members"]), (names[k], views[k])
+        assert any(v["merge"] for v in views[victim] if v["t"] >= t_heal), views[victim]
+        print(f"netns isolation of {names[victim]} ({role}): excluded (seen) after "
+              f"{t_excl - t_cut:.2f} s, one view {views[0][-1]['view_id']} "
+              f"{t_one - t_heal:.2f} s after the rule was lifted (seen)")
 
 
 def _lab_events(proc, kind: str) -> list:
