@@ -144,6 +144,7 @@ class Swim(Layer):
         self.relays: dict[int, tuple] = {}
         self.queue: dict = {}  # rumor key -> [rumor, rounds left, sent this round, rounds unsent]
         self.seen: OrderedDict = OrderedDict()  # rumor key -> its creation time
+        self.doubted: set = set()  # uids with a SUSPECT or REMOVE in ``seen`` (or once had)
         self.log = RumorLog(config.rumor_cache)
         self.tombstones: OrderedDict = OrderedDict()  # addr -> (incarnation, left)
         self.dead = DeadMembers(config.reconnect_max, config.reconnect_for_s)
@@ -417,8 +418,12 @@ class Swim(Layer):
                 return
         else:
             self.seen[key] = ctime
+            if kind == SUSPECT or kind == REMOVE:
+                self.doubted.add(uid)
             if len(self.seen) > self.config.rumor_cache:
                 self.seen.popitem(last=False)
+                if len(self.doubted) > self.config.rumor_cache:  # bounded like ``seen``
+                    self.doubted = {k[1] for k in self.seen if k[0] == SUSPECT or k[0] == REMOVE}
             self.log.add(key, ctime, (kind, uid, inc, extra, 0, ctime))
         if self._effect(kind, addr, inc, extra, sender) and left > 1:
             self.queue[key] = [[kind, uid, inc, extra, left, ctime], left - 1, 0, 0]
@@ -794,17 +799,27 @@ class Swim(Layer):
     def _fresh(self, n: Optional[_Node], addr) -> _Node:
         """A view that (still or again) lists a member we had declared dead is the verdict
         of GMS or a merge: probe it again from scratch, and forget the rumors about it so
-        that new suspicions at the same incarnation count again."""
+        that new suspicions at the same incarnation count again. So for a member a view
+        lists that was not ours (excluded earlier, back by a merge at the same incarnation):
+        its suspicions and removals are forgotten, or the confirmations of its next hang
+        would be taken for the old ones and never shorten the suspicion (its refutations
+        stay: one heard before the view listed it still answers a suspicion)."""
         if n is None:
+            if addr.uid in self.doubted:
+                self._forget(addr.uid, (SUSPECT, REMOVE))
             return _Node(addr)
         if n.state == DEAD_S:
-            uid = addr.uid
-            for key in [k for k in self.seen if k[1] == uid]:
-                del self.seen[key]
-            for key in [k for k in self.queue if k[1] == uid]:
-                del self.queue[key]
+            self._forget(addr.uid, (ADD, SUSPECT, ALIVE, REMOVE))
             return _Node(addr, n.inc)
         return n
+
+    def _forget(self, uid: bytes, kinds: tuple) -> None:
+        """Forget the rumors of ``kinds`` about ``uid``: seen, and queued to spread."""
+        for key in [k for k in self.seen if k[1] == uid and k[0] in kinds]:
+            del self.seen[key]
+        for key in [k for k in self.queue if k[1] == uid and k[0] in kinds]:
+            del self.queue[key]
+        self.doubted.discard(uid)
 
     # -- events -------------------------------------------------------------------------
     def down_event(self, ev: Any) -> Any:

@@ -70,3 +70,20 @@ def test_a_refutation_heard_before_its_member_was_ours_still_clears_a_later_susp
     rumors_from(s, c, (ALIVE, c.uid, 1, None, 3))           # c's answer, the same rumor
     assert s.above.events_of(Unsuspect) == [Unsuspect(c)]
     assert s.layer.nodes[c].inc == 1 and s.layer.stats["late_refutations"] == 1
+
+
+def test_a_member_back_at_the_same_incarnation_has_its_next_suspicions_counted_again():
+    """c hung, was suspected (by a, confirmed by b) and excluded; a merge view lists it
+    again at the same incarnation (it was stopped: it refuted nothing). When it hangs again
+    the same members suspect it with the same rumors: they must count again (Suspect, and
+    the confirmation that shortens the suspicion), not be taken for the first hang's. Its
+    refutation heard earlier stays remembered (see the test above)."""
+    s, (a, b, c) = swim_in_view(("a", "b", "c"))
+    rumors_from(s, a, (SUSPECT, c.uid, 0, a.uid, 3), (SUSPECT, c.uid, 0, b.uid, 3))
+    assert len(s.above.events_of(Suspect)) == 1 and s.layer.nodes[c].confirm == {a.uid, b.uid}
+    s.down_event(ViewInstalled(View(ViewId(s.local, 2), (s.local, a, b))))      # excluded
+    s.down_event(ViewInstalled(View(ViewId(s.local, 3), (s.local, a, b, c))))   # merged back
+    assert s.layer.nodes[c].inc == 0
+    rumors_from(s, a, (SUSPECT, c.uid, 0, a.uid, 3), (SUSPECT, c.uid, 0, b.uid, 3))
+    assert len(s.above.events_of(Suspect)) == 2
+    assert s.layer.nodes[c].confirm == {a.uid, b.uid}
