@@ -89,7 +89,9 @@ class StackConfig:
         Its failure-detection timers, each with what it buys. Measured with
         ``bench/failure.py`` (real processes, 20 trials per row, 2026-11-27, a 2-core machine
         at load average 3-11), at every survivor, p50 / max: kill -9 0.095 / 0.109 s at 5
-        members and 0.106 / 0.233 s at 10; SIGSTOP 1.98 / 2.75 s and 1.19 / 4.23 s; a member
+        members and 0.106 / 0.233 s at 10; SIGSTOP 0.98 / 2.21 s and 0.95 / 1.63 s (commit
+        b944491, load 2-3; 1.98 / 2.75 s and 1.19 / 4.23 s before SWIM counted the
+        confirmations of a member hung again after it merged back); a member
         whose namespace nftables cut off 1.32 / 2.86 s and 1.20 / 2.57 s; no false exclusion
         in 300 s of 5 members at 5 % and at 10 % loss.
 
@@ -118,7 +120,7 @@ class StackConfig:
         * ``swim.max_health=8`` (Lifeguard's local health): a member that misses acks because
           it is the slow one stretches its own probe interval and timeout up to 9x instead
           of suspecting others: no false exclusion when the machine is starved, at the
-          price of a longer hang tail there (likely the 4.23 s above, at load 11)."""
+          price of a longer hang tail there (likely the 4.23 s measured at load 11)."""
         return cls(transport=TransportConfig(kind=transport, bind_addr="0.0.0.0")).with_options(**options)
 
     @classmethod
