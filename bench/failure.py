@@ -483,7 +483,9 @@ def main() -> None:
         else:
             res["heal_netns_skipped"] = why
 
-    print(f"\nraygroups failure benchmark ({'quick' if q else 'full'}): "
+    ran = [p for p in PARTS if p not in skip]
+    kind = "quick" if q else ("full" if len(ran) == len(PARTS) else "parts: " + ", ".join(ran))
+    print(f"\nraygroups failure benchmark ({kind}, {trials} trials): "
           f"{res['machine']['cpus']} CPUs, Python {res['machine']['python']}, asyncio; "
           f"each member its own process, {res['machine']['preset']}\n")
     if "detection" in res:
