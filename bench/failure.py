@@ -484,7 +484,8 @@ def main() -> None:
             res["heal_netns_skipped"] = why
 
     ran = [p for p in PARTS if p not in skip]
-    kind = "quick" if q else ("full" if len(ran) == len(PARTS) else "parts: " + ", ".join(ran))
+    kind = "quick" if q else ("full" if len(ran) == len(PARTS) else
+                              "parts: " + (", ".join(ran) or "none"))
     print(f"\nraygroups failure benchmark ({kind}, {trials} trials): "
           f"{res['machine']['cpus']} CPUs, Python {res['machine']['python']}, asyncio; "
           f"each member its own process, {res['machine']['preset']}\n")
