@@ -403,6 +403,13 @@ class Primary(Layer):
             self.stats["primary_views"] += 1
         else:
             self.stats["non_primary_views"] += 1
+            if states and max_pid > self.last_pid:
+                # the last primary a member of this view knows is the one this member knows
+                # from now on, as if it had been in it: else, once the members that told it
+                # are gone, it and others who never saw a primary would count as a first
+                # start and begin a second lineage beside the first one's survivors
+                self.last_pid, self.last_members = max_pid, list(top[1])
+                self.stats["last_primary_learned"] += 1
         self._deliver(r["change"], quorate, pid)
         for sender, status in r.get("forwards", ()):  # we order the view's announcements
             self._on_announce(sender, r["vid"], status)

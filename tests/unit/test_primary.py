@@ -160,6 +160,25 @@ def test_a_non_primary_view_does_not_change_the_last_primary():
     assert s.layer.last_members == [m.uid for m in v.members]
 
 
+def test_a_member_learns_the_last_primary_from_a_non_primary_view_and_never_bootstraps_past_it():
+    """We never were in a primary view; in a non-primary one, B reports the last primary
+    (id 4: B, C, D, E). We know it from then on: our next state carries it, and a view of
+    members who never saw a primary but may bootstrap (a majority of ``expected_size``) is
+    not a first start once B is gone (the simulator's seed 15980638: joiners formed primary
+    10 holding none of primary 4's members, two of which lived on)."""
+    s = make(expected_size=3)
+    last = [s.b, s.c, s.d, s.e]
+    v = change(s, s.b, s.local)
+    exchange(s, v, pids={s.b: 4}, members={s.b: last})
+    assert delivered_views(s)[-1].primary is False
+    assert s.layer.last_pid == 4 and s.layer.last_members == [m.uid for m in last]
+    f, g = s.addr("F"), s.addr("G")
+    v2 = change(s, s.local, f, g)  # B gone; F and G never saw a primary
+    assert s.below.sent[-1].headers[9][2:4] == [4, [m.uid for m in last]]
+    s.up(state(s.local, v2, 4, last), state(f, v2), state(g, v2))
+    assert delivered_views(s)[-1].primary is False
+
+
 def test_an_interrupted_round_delivers_the_old_view_as_non_primary_with_what_it_held():
     s = make()
     v1 = change(s, s.local, s.b, s.c)
