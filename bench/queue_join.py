@@ -31,17 +31,11 @@ import sys
 import time
 
 from raygroups.stack.runtime.ports import free_ports
+from workqueue import pct  # bench/workqueue.py's percentile, the same figures as its table
 
 STAMP = struct.Struct("!dI")
 MEMBERS = 3
 TARGET_GAP_S = 0.100
-
-
-def pct(xs: list, p: float) -> float:
-    if not xs:
-        return float("nan")
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(p / 100 * len(xs)))]
 
 
 def member(i: int, ports: list, cluster: str, args: dict, sync: dict, out) -> None:
