@@ -6,8 +6,9 @@ GCS health checks every 1 s with 5 failures allowed, so a frozen raylet is decla
 about 10 s instead of Ray's default 30-60 s): a group of one member per node; the raylet of
 one worker is stopped (SIGSTOP) for ``--freeze`` s, its member's process left running, then
 continued (SIGCONT) and watched ``--after`` s more. From a surviving member's view history:
-how often the frozen node's member incarnations were excluded, whether one came back while
-the node was dead, and the time from Ray's verdict to the first view without it.
+how often the frozen node's member incarnations were excluded from the freeze on, whether one
+came back while the node was dead, and the time from Ray's verdict to the first view without
+it.
 
 With the fence, the member is excluded once and never comes back; without it (``fence=False``,
 the control run), Ray's death signal excludes it, it merges back from the dead node within
@@ -67,7 +68,7 @@ def trial(i: int, fence: bool, freeze_s: float, after_s: float) -> dict:
         raylet = None
         time.sleep(after_s)
         history = g.view_history(witness)
-        out.update(_judge(history, victim["name"], victim["uuid"], verdict))
+        out.update(_judge(history, victim["name"], victim["uuid"], t_stop, verdict))
         out["verdict_s"] = round(verdict - t_stop, 2) if verdict is not None else None
         g.shutdown()
     finally:
@@ -78,25 +79,30 @@ def trial(i: int, fence: bool, freeze_s: float, after_s: float) -> dict:
     return out
 
 
-def _judge(history: list, name: str, uuid: str, verdict) -> dict:
-    """Exclusions of ``name``'s incarnations, comebacks after Ray's verdict, and the time
-    from the verdict to the first view without the frozen incarnation."""
-    exclusions, comebacks, first_out = 0, 0, None
+def _judge(history: list, name: str, uuid: str, t_stop: float, verdict) -> dict:
+    """Exclusions of ``name``'s incarnations from the freeze on, comebacks after Ray's
+    verdict, and the time from the verdict to the first view without the frozen incarnation.
+    Views before the freeze (the group's formation on a loaded machine) are not the fence's
+    doing: their exclusions are counted apart, with the seconds before the freeze of each."""
+    exclusions, comebacks, first_out, before = 0, 0, None, []
     prev = None
     for e in history:
         here = name in e["members"]
         if prev is not None:
             if prev and not here:
-                exclusions += 1
-                if first_out is None:
-                    first_out = e["installed_at"]
+                if e["installed_at"] < t_stop:
+                    before.append(round(e["installed_at"] - t_stop, 3))
+                else:
+                    exclusions += 1
+                    if first_out is None:
+                        first_out = e["installed_at"]
             if not prev and here and verdict is not None and e["installed_at"] >= verdict:
                 comebacks += 1
         prev = here
     return {"exclusions": exclusions, "comebacks_after_verdict": comebacks,
             "out_after_verdict_s": (round(first_out - verdict, 3)
                                     if first_out is not None and verdict is not None else None),
-            "incarnation": uuid}
+            "exclusions_before_freeze_s": before, "incarnation": uuid}
 
 
 def main() -> int:
@@ -123,6 +129,10 @@ def main() -> int:
               f"dead node {[r['comebacks_after_verdict'] for r in rs]}, out of the view "
               f"{statistics.median(outs) if outs else float('nan'):.2f}s after the verdict"
               + (target if fence else ""))
+        early = [t for r in rs for t in r["exclusions_before_freeze_s"]]
+        if early:
+            print(f"  (and {len(early)} exclusion(s) during the group's formation, {early} s "
+                  f"before the freeze: not counted above)")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(runs, f)
