@@ -33,7 +33,7 @@ from .events import (AddPhysical, ConnectionLost, DiscoveryTargets, EmitTo, GetP
                      ViewInstalled)
 from .layer import Layer
 from .message import CONTROL, NO_LOOPBACK, Message
-from .swim_reconnect import DeadMembers
+from .swim_reconnect import DeadMembers, Throttle
 from .swim_sync import FRAME_ROUNDS, RumorLog, frame
 
 PING, ACK, PING_REQ, NACK, RUMORS, SUBSCRIBE, UNSUBSCRIBE, UNSUB_ACK, PUSH_PULL = range(9)
@@ -148,6 +148,7 @@ class Swim(Layer):
         self.log = RumorLog(config.rumor_cache)
         self.tombstones: OrderedDict = OrderedDict()  # addr -> (incarnation, left)
         self.dead = DeadMembers(config.reconnect_max, config.reconnect_for_s)
+        self.strangers = Throttle(config.reconnect_max)  # gossip mode: when each was synced
         self.contact = None  # gossip mode: the member we subscribe through, until it answers
         self.leaving = None
         self.changed = False  # a MembersChanged report is scheduled
@@ -309,6 +310,8 @@ class Swim(Layer):
             self._apply(rumor, sender=sender)
         if n is None and sender in self.tombstones:  # (gossip mode: only it buries)
             self._held_dead(sender)
+        elif n is None and typ in (PING, PING_REQ) and self.config.mode == "gossip":
+            self._stranger(sender)
         if typ == PING:
             self._send(sender, [ACK, seq])
             if h[2] is not None:
@@ -765,6 +768,19 @@ class Swim(Layer):
         scale = 1 + max(0, math.ceil(math.log2(size) - 5)) if size > 32 else 1
         self.ctx.schedule(cfg.push_pull_interval_s * scale * (0.5 + self.ctx.rng.random()),
                           self._push_pull)
+
+    def _stranger(self, addr) -> None:
+        """Gossip mode: a probe from a member we do not list. It lists us, so it belongs to
+        a group we do not know: two groups formed apart (a joiner founded its own while its
+        contact's answer was lost, then others joined through it), or a join whose news
+        missed us. Exchange whole lists with it at once (push-pull, at most once per probe
+        interval per member) instead of waiting for a random push-pull to bridge the groups:
+        each side's members then probe the other side's, which do the same, so the groups
+        merge within a few probe rounds."""
+        if self.active and self.leaving is None and addr != self.ctx.local and \
+                self.strangers.may(addr, self.ctx.now(), self.config.probe_interval_s):
+            self.stats["stranger_syncs"] += 1
+            self._send_state(addr, PUSH_PULL, 1)
 
     def _send_state(self, dest, typ: int, want_reply: int) -> None:
         state = self._state()

@@ -25,6 +25,26 @@ from collections import OrderedDict
 from typing import Any, Optional
 
 
+class Throttle:
+    """When each of at most ``keep`` members was last acted on (the longest ago forgotten
+    first)."""
+
+    def __init__(self, keep: int):
+        self.keep = keep
+        self.last: OrderedDict = OrderedDict()
+
+    def may(self, addr: Any, now: float, every_s: float) -> bool:
+        """True (and noted) unless ``addr`` was acted on less than ``every_s`` ago."""
+        last = self.last.get(addr)
+        if last is not None and now - last < every_s:
+            return False
+        self.last.pop(addr, None)
+        self.last[addr] = now
+        if len(self.last) > self.keep:
+            self.last.popitem(last=False)
+        return True
+
+
 class DeadMembers:
     """Recently dead members (address -> (physical address, death time)), oldest first,
     and when each member held dead was last told so."""
@@ -32,7 +52,7 @@ class DeadMembers:
     def __init__(self, keep: int, for_s: float):
         self.keep, self.for_s = keep, for_s
         self.entries: OrderedDict = OrderedDict()
-        self.told: OrderedDict = OrderedDict()
+        self.told = Throttle(keep)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -45,7 +65,7 @@ class DeadMembers:
 
     def forget(self, addr: Any) -> None:
         self.entries.pop(addr, None)
-        self.told.pop(addr, None)
+        self.told.last.pop(addr, None)
 
     def phys(self, addr: Any) -> Optional[tuple]:
         entry = self.entries.get(addr)
@@ -62,11 +82,4 @@ class DeadMembers:
 
     def may_tell(self, addr: Any, now: float, every_s: float) -> bool:
         """True (and noted) unless ``addr`` was told less than ``every_s`` ago."""
-        last = self.told.get(addr)
-        if last is not None and now - last < every_s:
-            return False
-        self.told.pop(addr, None)
-        self.told[addr] = now
-        if len(self.told) > self.keep:
-            self.told.popitem(last=False)
-        return True
+        return self.told.may(addr, now, every_s)

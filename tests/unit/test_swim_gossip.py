@@ -5,11 +5,13 @@ send, and refute it; a refutation wins over the tombstone; a member that left is
 told nor refutes. Each test fails when its mechanism is taken out (each was run once against
 such a mutation)."""
 from raygroups.stack.events import (Connect, EmitTo, FindMembers, GetPhysical, MembersChanged,
-                                    PingData, Subscribe)
+                                    PingData, Subscribe, ViewInstalled)
 from raygroups.stack.gossip import GossipConfig, GossipMembership
 from raygroups.stack.message import CONTROL, Message
 from raygroups.stack.swim import (ALIVE, LEFT, PING, PUSH_PULL, REMOVE, RUMORS, SUBSCRIBE,
                                   UNSUB_ACK, Swim, SwimConfig)
+
+from raygroups.stack.view import View, ViewId
 
 from .sandwich import Sandwich
 
@@ -197,3 +199,46 @@ def test_a_joiner_whose_contact_stays_silent_discovers_again_and_tries_another()
             assert sub.contact == min(p.addr for p in found)
         s.advance(2.0)
     assert s.layer.stats["join_timeouts"] == 3
+
+
+def push_pulls(s, dest):
+    """Our whole-list messages to ``dest`` that ask for its list back."""
+    return [m for m in s.below.sent if m.dest == dest and m.headers[7][0] == PUSH_PULL and
+            m.headers[7][1] == 1]
+
+
+def test_a_probe_from_a_member_we_do_not_list_is_answered_with_our_list_once_per_interval():
+    # two groups formed apart (a joiner founded its own while its contact's answer was
+    # lost): a member of the other group lists us and probes us; we swap lists with it at
+    # once, so the groups merge in a few probe rounds rather than at a random push-pull
+    s, (a, b), phys = member()
+    stranger = s.addr("x")
+    clear(s)
+    from_(s, stranger, PING, 1, None)
+    from_(s, stranger, PING, 2, None)
+    s.advance(0)
+    [pp] = push_pulls(s, stranger)
+    assert {e[0] for e in pp.headers[7][2]} == {s.local.uid, a.uid, b.uid}
+    clear(s)
+    s.advance(INTERVAL)
+    from_(s, stranger, PING, 3, None)
+    assert len(push_pulls(s, stranger)) == 1
+    clear(s)
+    from_(s, a, PING, 4, None)  # a member we list: no whole list for a probe
+    assert push_pulls(s, a) == []
+
+
+def test_a_probe_from_a_stranger_gets_no_list_in_views_mode_nor_from_a_joiner():
+    # views mode: a member outside our view is GMS's merge to find, not SWIM's
+    v = Sandwich(Swim(SwimConfig(mode="views", push_pull_interval_s=0)),
+                 answers={GetPhysical: ("10.0.0.1", 7800)})
+    v.down_event(ViewInstalled(View(ViewId(v.local, 1), (v.local, v.addr("a")))))
+    v.below.take()
+    from_(v, v.addr("x"), PING, 1, None)
+    assert [m for m in v.below.sent if m.headers[7][0] == PUSH_PULL] == []
+    j = Sandwich(Swim(SwimConfig(mode="gossip", push_pull_interval_s=0)))
+    j.down_event(Subscribe(j.addr("contact")))
+    j.below.take()
+    x = j.addr("x")
+    from_(j, x, PING, 1, None)
+    assert push_pulls(j, x) == [] and not j.layer.active
