@@ -110,9 +110,11 @@ class PingData:
 
 @dataclass
 class Writable:
-    """Sent up when a layer's send window filled (False) or drained (True)."""
+    """Sent up when a layer's send window filled (False) or drained (True): for every send,
+    or (``dest``) only for unicasts to that member (flow control's queue per destination)."""
     layer: str
     writable: bool
+    dest: Any = None
 
 
 @dataclass

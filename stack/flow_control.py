@@ -1,23 +1,32 @@
 """FLOW_CONTROL: credit-based flow control (JGroups MFC + UFC in one layer), right above GMS.
 
-Every member holds, per receiver in its view (itself included), an account of ``max_credits``
-bytes. A multicast consumes its payload size from every account and goes out only when the
-smallest account holds enough; a unicast consumes from the destination's account. A message
-that does not fit waits in this layer's send queue (in send order) and the stack reports
-itself not writable (``Writable("flow_control", False)``), so a Channel's ``send`` waits;
-when credits come back the queue drains and the stack is writable again.
+Every member holds, per receiver in its view (itself included), two accounts of
+``max_credits`` bytes each, kept apart as JGroups keeps MFC and UFC apart: a multicast
+consumes its payload size from every receiver's multicast account and goes out only when the
+smallest holds enough; a unicast consumes from its destination's unicast account only. So a
+large unicast (a state transfer to a joiner) never holds back the multicasts, and the total
+order they carry, while the joiner works through it. A message that does not fit waits in a
+send queue of its kind: multicasts in send order, unicasts in send order per destination.
+While multicasts wait the stack is not writable (``Writable("flow_control", False)``), so a
+Channel's ``send`` waits; while unicasts to a member wait, only sends to that member wait
+(``Writable("flow_control", False, dest)``, JGroups UFC's blocking per destination). When
+credits come back the queues drain and the stack is writable again. Messages of one kind
+never wait behind the other kind's, nor unicasts behind another destination's.
 
 Credits are tied to the *application consuming* messages, not to the stack delivering them:
-a receiver counts, per sender, the bytes it released to the layers above (ultimately the
-application), and sends the sender a cumulative CREDIT ``[epoch, total]`` each time another
-``min_threshold`` share of ``max_credits`` was released. The application reports that it fell
-behind with ``Stack.set_app_blocked(True)`` (the Channel does so when its queue is full):
-this layer then holds what NAKACK/UNICAST deliver (and the view changes behind them, in
-order) instead of passing it up, and releases it on ``set_app_blocked(False)``. Senders run
-out of credit and block, and the receiver's memory stays bounded by the credits it granted,
-while every layer below (acks, probes, views, retransmissions) keeps running: control traffic
-never waits behind data. A well-behaved sender never has more than ``max_credits``
-unreleased at a receiver; a receiver holds at most twice that per sender and drops (counting
+a receiver counts, per sender, the multicast and the unicast bytes it released to the layers
+above (ultimately the application), and sends the sender a cumulative CREDIT ``[epoch, total,
+multicast total, unicast total]`` each time another ``min_threshold`` share of
+``max_credits`` of either kind was released. (``total``, their sum, is what builds from
+before the split read; their ``[epoch, total]`` is taken as one sum, multicast first.) The
+application reports that it fell behind with ``Stack.set_app_blocked(True)`` (the Channel
+does so when its queue is full): this layer then holds what NAKACK/UNICAST deliver (and the
+view changes behind them, in order) instead of passing it up, and releases it on
+``set_app_blocked(False)``. Senders run out of credit and block, and the receiver's memory
+stays bounded by the credits it granted, while every layer below (acks, probes, views,
+retransmissions) keeps running: control traffic never waits behind data. A well-behaved
+sender never has more than ``max_credits`` of each kind unreleased at a receiver; a receiver
+holds at most twice that per sender and kind and drops (counting
 ``dropped_over_credit``, and crediting them so nobody deadlocks) what a misbehaving sender
 sends beyond.
 
@@ -74,9 +83,10 @@ class FlowControlConfig:
     """A sender blocked this long (and every such period after) asks the receivers it waits
     for with CREDIT_REQUEST (covers CREDITs lost on the way)."""
     max_queued_bytes: int = 8 * 1024 * 1024
-    """Bytes waiting for credits here before a new application message is refused with
-    FlowControlFull (a message already started, e.g. the fragments of one large payload, is
-    always taken whole). Only reached by senders that ignore writability."""
+    """Bytes waiting for credits in one send queue (the multicasts', or the unicasts' to one
+    member) before a new application message for it is refused with FlowControlFull (a
+    message already started, e.g. the fragments of one large payload, is always taken
+    whole). Only reached by senders that ignore writability."""
 
 
 def _continuation(msg: Message) -> bool:
@@ -95,26 +105,39 @@ def _size(p: Any) -> int:
 
 
 class _Account:
-    """A sender's view of one receiver: what it charged, and what the receiver released."""
-    __slots__ = ("base", "ucast", "granted", "epoch", "total")
+    """A sender's view of one receiver: what it charged, and what the receiver released,
+    multicast and unicast apart."""
+    __slots__ = ("base", "mgranted", "ucast", "ugranted", "epoch", "mtotal", "utotal")
 
     def __init__(self, base: int):
         self.base = base      # the sender's multicast total when this account opened
+        self.mgranted = 0     # multicast bytes released by the receiver (clamped to charged)
         self.ucast = 0        # unicast bytes charged
-        self.granted = 0      # bytes released by the receiver (clamped to what was charged)
-        self.epoch = 0        # the receiver's epoch for us, and its last total in it
-        self.total = 0
+        self.ugranted = 0     # unicast bytes released by the receiver (clamped to charged)
+        self.epoch = 0        # the receiver's epoch for us, and its last totals in it
+        self.mtotal = 0
+        self.utotal = 0
 
 
 class _Recv:
-    """A receiver's count of one sender's bytes released to the application."""
-    __slots__ = ("epoch", "released", "reported", "held")
+    """A receiver's count of one sender's bytes released to the application, multicast
+    and unicast apart."""
+    __slots__ = ("epoch", "mreleased", "ureleased", "mreported", "ureported", "mheld", "uheld")
 
     def __init__(self, epoch: int):
         self.epoch = epoch
-        self.released = 0
-        self.reported = 0
-        self.held = 0  # charged bytes held while the application is blocked
+        self.mreleased = self.ureleased = 0
+        self.mreported = self.ureported = 0
+        self.mheld = self.uheld = 0  # charged bytes held while the application is blocked
+
+
+class _Waiting(deque):
+    """A send queue: (message, size) in send order, and their bytes."""
+    __slots__ = ("bytes",)
+
+    def __init__(self):
+        super().__init__()
+        self.bytes = 0
 
 
 class FlowControl(Layer):
@@ -129,10 +152,11 @@ class FlowControl(Layer):
         # sender side
         self.accounts: dict = {}
         self.mcast = 0            # total multicast bytes charged
-        self.min_avail = self.max  # lower bound of the smallest account's credit
+        self.min_avail = self.max  # lower bound of the smallest multicast account's credit
         self.dirty = False         # credits came back since min_avail was computed
-        self.queue: deque = deque()
-        self.queued_bytes = 0
+        self.queue = _Waiting()  # multicasts waiting for credit, in send order
+        self.uqueues: dict = {}  # destination -> its unicasts waiting (_Waiting), in send order
+        self.queued_bytes = 0    # in all of them
         self.blocked = False
         self.block_timer = None
         # receiver side
@@ -145,7 +169,12 @@ class FlowControl(Layer):
 
     # -- sender side --------------------------------------------------------------------
     def _avail(self, a: _Account) -> int:
-        return self.max - (self.mcast - a.base + a.ucast - a.granted)
+        """Multicast credit at one receiver."""
+        return self.max - (self.mcast - a.base - a.mgranted)
+
+    def _uavail(self, a: _Account) -> int:
+        """Unicast credit at one receiver."""
+        return self.max - (a.ucast - a.ugranted)
 
     def _recompute(self) -> int:
         self.dirty = False
@@ -166,7 +195,7 @@ class FlowControl(Layer):
         a = self.accounts.get(dest)
         if a is None:
             return True  # not a member: nothing to charge
-        avail = self._avail(a)
+        avail = self._uavail(a)
         return size <= avail or avail >= self.max
 
     def _charge(self, msg: Message, size: int) -> None:
@@ -178,9 +207,6 @@ class FlowControl(Layer):
             a = self.accounts.get(dest)
             if a is not None:
                 a.ucast += size
-                avail = self._avail(a)
-                if avail < self.min_avail:
-                    self.min_avail = avail
 
     def down(self, msg: Message) -> None:
         if msg.flags & UNCHARGED:
@@ -188,12 +214,14 @@ class FlowControl(Layer):
             return
         p = msg.payload
         size = len(p) if type(p) is bytes else _size(p)
-        if self.queue:
-            if self.queued_bytes >= self.config.max_queued_bytes and not _continuation(msg):
-                raise FlowControlFull(f"{self.queued_bytes} bytes wait for credits")
+        dest = msg.dest
+        q = self.queue if dest is None else (self.uqueues.get(dest) if self.uqueues else None)
+        if q:  # after what waits of its kind (multicasts; unicasts to this destination)
+            if q.bytes >= self.config.max_queued_bytes and not _continuation(msg):
+                raise FlowControlFull(f"{q.bytes} bytes wait for credits")
             self._enqueue(msg, size)
             return
-        common = msg.dest is None and size <= self.min_avail  # a multicast with credit
+        common = dest is None and size <= self.min_avail  # a multicast with credit
         if common or self._fits(msg, size):
             try:
                 self.below.down(msg)  # may raise: nothing sent, nothing charged
@@ -211,35 +239,62 @@ class FlowControl(Layer):
             self._enqueue(msg, size)
 
     def _enqueue(self, msg: Message, size: int) -> None:
-        self.queue.append((msg, size))
+        dest = msg.dest
+        if dest is None:
+            q = self.queue
+            if not self.blocked:
+                self.blocked = True
+                self.stats["blocked"] += 1
+                self.above.up_event(Writable(self.name, False))
+        else:
+            q = self.uqueues.get(dest)
+            if q is None:
+                q = self.uqueues[dest] = _Waiting()
+                self.stats["blocked_unicast"] += 1
+                self.above.up_event(Writable(self.name, False, dest))
+        q.append((msg, size))
+        q.bytes += size
         self.queued_bytes += size
         self.stats["queued"] += 1
-        if not self.blocked:
-            self.blocked = True
-            self.stats["blocked"] += 1
-            self.above.up_event(Writable(self.name, False))
-            self._arm_timer()
+        self._arm_timer()
 
     def _drain(self) -> None:
-        q = self.queue
+        """Send what now fits, multicasts and each destination's unicasts independently
+        (until a layer below refuses: then the rest waits for the next drain)."""
+        ok = self._drain_one(self.queue)
+        uq = self.uqueues
+        for dest in list(uq):
+            q = uq.get(dest)
+            if q is None:
+                continue
+            if ok:
+                ok = self._drain_one(q)
+            if not q:
+                del uq[dest]
+                self.above.up_event(Writable(self.name, True, dest))
+        if not self.queue and self.blocked:
+            self.blocked = False
+            self.above.up_event(Writable(self.name, True))
+        if not self.queue and not uq and self.block_timer is not None:
+            self.block_timer.cancel()
+            self.block_timer = None
+
+    def _drain_one(self, q: _Waiting) -> bool:
+        """Send the head of ``q`` while it fits; False when a layer below refused."""
         while q:
             msg, size = q[0]
             if not self._fits(msg, size):
-                return
+                return True
             try:
                 self.below.down(msg)
             except RaygroupsError:  # a layer below refuses for now (e.g. a flush)
                 self.stats["drain_refused"] += 1
-                return
+                return False
             q.popleft()
+            q.bytes -= size
             self.queued_bytes -= size
             self._charge(msg, size)
-        if self.blocked:
-            self.blocked = False
-            if self.block_timer is not None:
-                self.block_timer.cancel()
-                self.block_timer = None
-            self.above.up_event(Writable(self.name, True))
+        return True
 
     def _arm_timer(self) -> None:
         if self.block_timer is None:
@@ -247,16 +302,16 @@ class FlowControl(Layer):
 
     def _blocked_too_long(self) -> None:
         self.block_timer = None
-        if not self.queue:
+        if not self.queue and not self.uqueues:
             return
         self._drain()  # retries what a layer below refused
-        if not self.queue:
+        if not self.queue and not self.uqueues:
             return
-        msg, size = self.queue[0]
-        if msg.dest is None:
-            short = [r for r, a in self.accounts.items() if self._avail(a) < size]
-        else:
-            short = [msg.dest] if msg.dest in self.accounts else []
+        short = set()
+        if self.queue:
+            size = self.queue[0][1]
+            short.update(r for r, a in self.accounts.items() if self._avail(a) < size)
+        short.update(d for d in self.uqueues if d in self.accounts)
         local = self.ctx.local
         for r in short:
             if r != local:
@@ -264,23 +319,30 @@ class FlowControl(Layer):
                 self._send_control(Message(r, b"", FC_CONTROL, {HEADER: [CREDIT_REQUEST]}))
         self._arm_timer()
 
-    def _on_credit(self, receiver, epoch: int, total: int) -> None:
+    def _on_credit(self, receiver, epoch: int, mtotal: int, utotal: int,
+                   combined: bool = False) -> None:
+        """A receiver's cumulative totals; ``combined``: one sum of both kinds (a build from
+        before the split, which sends ``utotal`` 0), granted to multicasts first."""
         a = self.accounts.get(receiver)
         if a is None:
             return
         if epoch > a.epoch:
-            delta = total
+            dm, du = mtotal, utotal
             a.epoch = epoch
-        elif epoch == a.epoch and total > a.total:
-            delta = total - a.total
+            a.mtotal, a.utotal = mtotal, utotal
+        elif epoch == a.epoch and (mtotal > a.mtotal or utotal > a.utotal):
+            dm, du = max(0, mtotal - a.mtotal), max(0, utotal - a.utotal)
+            a.mtotal, a.utotal = max(a.mtotal, mtotal), max(a.utotal, utotal)
         else:
             self.stats["stale_credits"] += 1
             return
-        a.total = total
-        charged = self.mcast - a.base + a.ucast
-        a.granted = min(charged, a.granted + delta)
+        mcharged = self.mcast - a.base
+        if combined:
+            du = dm - min(dm, mcharged - a.mgranted)
+        a.mgranted = min(mcharged, a.mgranted + dm)
+        a.ugranted = min(a.ucast, a.ugranted + du)
         self.dirty = True
-        if self.queue:
+        if self.queue or self.uqueues:
             self._drain()
 
     # -- receiver side ------------------------------------------------------------------
@@ -292,9 +354,10 @@ class FlowControl(Layer):
                 if not self.app_blocked:
                     self._release()
             return
-        # the common path: count what goes up per sender, in one pass
+        # the common path: count what goes up per sender, in one pass (multicasts; the
+        # unicasts, fewer, apart)
         control = False
-        last, n, sums = None, 0, None
+        last, n, sums, usums = None, 0, None, None
         for m in batch:
             if HEADER in m.headers:
                 control = True
@@ -304,6 +367,11 @@ class FlowControl(Layer):
             p = m.payload
             size = len(p) if type(p) is bytes else _size(p)
             s = m.sender
+            if m.dest is not None:
+                if usums is None:
+                    usums = {}
+                usums[s] = usums.get(s, 0) + size
+                continue
             if s is last:
                 n += size
                 continue
@@ -314,10 +382,13 @@ class FlowControl(Layer):
             last, n = s, size
         items = self._controls(batch) if control else batch
         if last is not None:
-            self._grant(last, n)
+            self._grant(last, n, 0)
             if sums:
                 for s, k in sums.items():
-                    self._grant(s, k)
+                    self._grant(s, k, 0)
+        if usums:
+            for s, k in usums.items():
+                self._grant(s, 0, k)
         if items:
             self.above.up(items)
 
@@ -338,11 +409,15 @@ class FlowControl(Layer):
     def _control(self, m: Message, h: list) -> None:
         typ = h[0]
         if typ == CREDIT:
-            epoch, total = h[1], h[2]
-            if type(epoch) is not int or type(total) is not int or total < 0:
+            if len(h) == 3:  # [epoch, total]: a build from before the split
+                epoch, mtotal, utotal, combined = h[1], h[2], 0, True
+            else:
+                epoch, mtotal, utotal, combined = h[1], h[3], h[4], False
+            if type(epoch) is not int or type(mtotal) is not int or mtotal < 0 or \
+                    type(utotal) is not int or utotal < 0:
                 raise TypeError("credit")
             self.stats["credits_received"] += 1
-            self._on_credit(m.sender, epoch, total)
+            self._on_credit(m.sender, epoch, mtotal, utotal, combined)
         elif typ == CREDIT_REQUEST:
             self.stats["credit_requests_received"] += 1
             self._send_credit(m.sender, self._recv_for(m.sender))
@@ -357,13 +432,13 @@ class FlowControl(Layer):
         return r
 
     def _send_credit(self, sender, r: _Recv) -> None:
-        r.reported = r.released
+        m, u = r.mreported, r.ureported = r.mreleased, r.ureleased
         if sender == self.ctx.local:
-            self._on_credit(sender, r.epoch, r.released)
+            self._on_credit(sender, r.epoch, m, u)
             return
         self.stats["credits_sent"] += 1
         self._send_control(Message(sender, b"", FC_CONTROL,
-                                   {HEADER: [CREDIT, r.epoch, r.released]}))
+                                   {HEADER: [CREDIT, r.epoch, m + u, m, u]}))
 
     def _send_control(self, msg: Message) -> None:
         try:
@@ -371,13 +446,17 @@ class FlowControl(Layer):
         except RaygroupsError:  # refused below for now; totals are cumulative, the next one
             self.stats["control_refused"] += 1  # (or a CREDIT_REQUEST) makes up for it
 
-    def _grant(self, sender, nbytes: int) -> None:
-        """``nbytes`` of ``sender`` went up to the application: grant credit where due."""
+    def _grant(self, sender, mbytes: int, ubytes: int) -> None:
+        """``mbytes`` of multicasts and ``ubytes`` of unicasts of ``sender`` went up to the
+        application: grant credit where due."""
         r = self.recv.get(sender)
         if r is None:
             r = self._recv_for(sender)
-        r.released += nbytes
-        if r.released - r.reported >= self.threshold or sender == self.ctx.local:
+        r.mreleased += mbytes
+        r.ureleased += ubytes
+        t = self.threshold
+        if r.mreleased - r.mreported >= t or r.ureleased - r.ureported >= t or \
+                sender == self.ctx.local:
             self._send_credit(sender, r)  # (our own account is updated at once, no message)
 
     def _released(self, msgs) -> None:
@@ -385,10 +464,13 @@ class FlowControl(Layer):
         sums: dict = {}
         for m in msgs:
             if not m.flags & UNCHARGED:
-                s = m.sender
-                sums[s] = sums.get(s, 0) + _size(m.payload)
-        for s, n in sums.items():
-            self._grant(s, n)
+                key = (m.sender, m.dest is not None)
+                sums[key] = sums.get(key, 0) + _size(m.payload)
+        for (s, uni), n in sums.items():
+            if uni:
+                self._grant(s, 0, n)
+            else:
+                self._grant(s, n, 0)
 
     def _hold(self, items) -> None:
         limit = 2 * self.max
@@ -397,14 +479,19 @@ class FlowControl(Layer):
             if not m.flags & UNCHARGED:
                 r = self._recv_for(m.sender)
                 size = _size(m.payload)
-                if r.held + size > limit:
+                uni = m.dest is not None
+                if (r.uheld if uni else r.mheld) + size > limit:
                     # beyond what we ever granted: a misbehaving sender. Drop, but credit it.
                     self.stats["dropped_over_credit"] += 1
-                    r.released += size
-                    if r.released - r.reported >= self.threshold:
-                        self._send_credit(m.sender, r)
+                    if uni:
+                        self._grant(m.sender, 0, size)
+                    else:
+                        self._grant(m.sender, size, 0)
                     continue
-                r.held += size
+                if uni:
+                    r.uheld += size
+                else:
+                    r.mheld += size
             held.append(m)
         self.stats["held_max"] = max(self.stats["held_max"], len(held))
 
@@ -428,7 +515,10 @@ class FlowControl(Layer):
                     if not m.flags & UNCHARGED:
                         r = self.recv.get(m.sender)
                         if r is not None:
-                            r.held -= _size(m.payload)
+                            if m.dest is None:
+                                r.mheld -= _size(m.payload)
+                            else:
+                                r.uheld -= _size(m.payload)
                 self._released(batch)
                 self.above.up(batch)
         finally:
@@ -470,11 +560,13 @@ class FlowControl(Layer):
         recv = self.recv
         if len(recv) > 2 * len(members) + 64:  # forget departed senders (new epoch if back)
             keep = set(members)
-            self.recv = {s: r for s, r in recv.items() if s in keep or r.held}
+            self.recv = {s: r for s, r in recv.items() if s in keep or r.mheld or r.uheld}
         if self.queue:
             self._drain()
 
     # -- introspection ------------------------------------------------------------------
-    def credits(self) -> dict:
-        """Available credit per receiver (bytes), as this sender sees it."""
-        return {r: self._avail(a) for r, a in self.accounts.items()}
+    def credits(self, unicast: bool = False) -> dict:
+        """Available credit per receiver (bytes), as this sender sees it: for multicasts,
+        or (``unicast``) for unicasts to it."""
+        avail = self._uavail if unicast else self._avail
+        return {r: avail(a) for r, a in self.accounts.items()}

@@ -220,6 +220,10 @@ class SimMember:
     def writable(self) -> bool:
         return self.alive and self.stack.writable
 
+    def writable_to(self, dest) -> bool:
+        """Whether a send to ``dest`` (None: a multicast) would go without waiting."""
+        return self.alive and self.stack.writable_to(dest)
+
     def leave(self) -> None:
         self.stack.leave()
 

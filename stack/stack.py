@@ -49,6 +49,7 @@ class Stack:
         self.limit_layer = next((la for la in reversed(layers)
                                  if hasattr(la, "max_message_size")), None)
         self.blocked: set[str] = set()
+        self.blocked_to: set = set()  # members unicasts to whom wait (flow control)
         self.view = None
         self.errors = 0
 
@@ -121,13 +122,22 @@ class Stack:
     def writable(self) -> bool:
         return not self.blocked
 
+    def writable_to(self, dest: Any) -> bool:
+        """Whether a send to ``dest`` (None: a multicast) goes without waiting."""
+        return not self.blocked and (dest is None or dest not in self.blocked_to)
+
     def note(self, ev: Any) -> None:
         """Track what the stack tells the application (views, back-pressure)."""
         t = type(ev)
         if t is ViewChange:
             self.view = ev.view
         elif t is Writable:
-            if ev.writable:
+            if ev.dest is not None:
+                if ev.writable:
+                    self.blocked_to.discard(ev.dest)
+                else:
+                    self.blocked_to.add(ev.dest)
+            elif ev.writable:
                 self.blocked.discard(ev.layer)
             else:
                 self.blocked.add(ev.layer)

@@ -178,8 +178,8 @@ class Channel:
         ``primary.send_timeout_s`` and raises NotPrimary (at once with
         ``primary__block_sends=False``)."""
         self._check_open()
-        if not self.stack.writable:
-            await self._wait_writable()
+        if not self.stack.writable_to(dest):
+            await self._wait_writable(dest)
         self.stack.send(Message(dest, payload, ORDERED if ordered else 0))
 
     async def send_many(self, payloads: Iterable[Any], dest=None, ordered: bool = False) -> None:
@@ -187,18 +187,21 @@ class Channel:
         self._check_open()
         stack = self.stack
         send = stack.send
+        to = stack.blocked_to
         for p in payloads:
-            if self._closed or stack.blocked:  # (stack.writable, without a call per message)
+            # (stack.writable_to(dest), without a call per message)
+            if self._closed or stack.blocked or (to and dest in to):
                 self._check_open()
-                if stack.blocked:
-                    await self._wait_writable()
+                if not stack.writable_to(dest):
+                    await self._wait_writable(dest)
             send(Message(dest, p, flags))
 
-    async def _wait_writable(self) -> None:
+    async def _wait_writable(self, dest=None) -> None:
+        """Until a send to ``dest`` (None: a multicast) goes without waiting."""
         pc = self.config.primary
         loop = asyncio.get_running_loop()
         deadline = loop.time() + pc.send_timeout_s
-        while not self.stack.writable:
+        while not self.stack.writable_to(dest):
             if "primary" in self.stack.blocked:
                 if not pc.block_sends or loop.time() >= deadline:
                     raise NotPrimary(f"{self.name} is not in a primary component")

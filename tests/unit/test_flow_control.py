@@ -71,8 +71,10 @@ def payloads(s):
             for m in s.above.messages]
 
 
-def writable(s):
-    w = [e.writable for e in s.above.events_of(Writable)]
+def writable(s, dest=None):
+    """Whether sends (multicasts; or, with ``dest``, unicasts to it) go, by the last
+    Writable event about them."""
+    w = [e.writable for e in s.above.events_of(Writable) if e.dest == dest]
     return w[-1] if w else True
 
 
@@ -105,23 +107,98 @@ def test_credits_come_back_as_receivers_release_and_the_queue_drains():
     assert g["B"].layer.stats["credits_sent"] >= 1
 
 
-def test_a_unicast_consumes_only_the_destination_account():
+def test_a_unicast_consumes_only_the_destinations_unicast_account():
     g = Group("ABC")
     g.view("ABC")
     g.drop = lambda m: True
     for k in range(4):
         g.send("A", k, dest="B")
-    cr = g["A"].layer.credits()
-    assert cr[g["B"].local] == MAX - 4 * K and cr[g["C"].local] == MAX
-    assert cr[g["A"].local] == MAX
+    a = g["A"].layer
+    ucr = a.credits(unicast=True)
+    assert ucr[g["B"].local] == MAX - 4 * K and ucr[g["C"].local] == MAX
+    assert ucr[g["A"].local] == MAX
+    assert set(a.credits().values()) == {MAX}  # multicast credit untouched
     for k in range(2):
         g.send("A", k, dest="C")
-    assert writable(g["A"])
-    for k in range(7):
-        g.send("A", k)  # a multicast needs the smallest account: B has 6 K left
-    assert not writable(g["A"]) and len(g["A"].layer.queue) == 1
-    cr = g["A"].layer.credits()
-    assert cr[g["B"].local] == 0 and cr[g["C"].local] == 2 * K
+    for k in range(10):
+        g.send("A", k)  # multicasts draw on their own accounts: B's unicasts do not count
+    assert writable(g["A"]) and not a.queue and not a.uqueues
+    assert set(a.credits().values()) == {0}
+    ucr = a.credits(unicast=True)
+    assert ucr[g["B"].local] == MAX - 4 * K and ucr[g["C"].local] == MAX - 2 * K
+
+
+def test_a_large_unicast_waiting_for_a_slow_receiver_holds_back_no_multicast():
+    # JGroups keeps MFC and UFC apart: a state transfer to a joiner that has not credited
+    # it yet must not stop the group's multicasts (the total order rides on them)
+    g = Group("ABC")
+    g.view("ABC")
+    g.drop = lambda m: m.dest == g["B"].local  # B credits none of its unicasts
+    for k in range(12):
+        g.send("A", k, dest="B")
+    a = g["A"].layer
+    assert len(a.uqueues[g["B"].local]) == 2 and a.uqueues[g["B"].local].bytes == 2 * K
+    assert not writable(g["A"], g["B"].local)  # sends to B wait, and those alone
+    assert writable(g["A"]) and writable(g["A"], g["C"].local)
+    for k in range(30):
+        g.send("A", k)  # a multicast each: out at once, credited by B, C and A
+        g.send("A", k, dest="C")  # unicasts to C do not wait behind B's either
+        g.pump()
+    assert payloads(g["B"]) == [("A", k) for k in range(30)]
+    assert [p for p in payloads(g["C"])] == [("A", k // 2) for k in range(60)]
+    assert not a.queue and len(a.uqueues) == 1 and len(a.uqueues[g["B"].local]) == 2
+    g.drop = lambda m: False
+    g["A"].up(Message(g["A"].local, b"", FC_CONTROL, {HEADER: [CREDIT, 9, 5 * K, 0, 5 * K]},
+                      g["B"].local))
+    assert not a.uqueues and writable(g["A"], g["B"].local)
+    assert a.stats["blocked_unicast"] == 1 and a.stats["blocked"] == 0
+
+
+def test_a_multicast_backlog_holds_back_no_unicast():
+    g = Group("AB")
+    g.view("AB")
+    g.drop = lambda m: True
+    for k in range(11):
+        g.send("A", k)
+    a = g["A"]
+    assert len(a.layer.queue) == 1 and not writable(a)
+    n = len(a.below.sent)
+    g.send("A", 99, dest="B")
+    assert len(a.below.sent) == n + 1 and a.below.sent[-1].dest == g["B"].local
+
+
+def test_a_receiver_credits_multicasts_and_unicasts_apart():
+    g = Group("AB", min_threshold=0.1)
+    g.view("AB")
+    a, b = g["A"], g["B"]
+    g.send("A", 1)
+    g.send("A", 2, dest="B")
+    g.send("A", 3, dest="B")
+    b.below.take()
+    for m in a.below.take():
+        b.up(Message(m.dest, m.payload, m.flags, dict(m.headers), a.local))
+    credits = [m.headers[HEADER] for m in b.below.take() if HEADER in m.headers]
+    assert credits[-1][2:] == [3 * K, K, 2 * K]  # [.., total, multicast, unicast]
+
+
+def test_a_credit_from_a_build_before_the_split_is_one_sum_multicast_first():
+    # a rolling upgrade: an older receiver sends [CREDIT, epoch, total] for both kinds
+    g = Group("AB")
+    g.view("AB")
+    g.drop = lambda m: True
+    a, b = g["A"], g["B"]
+    for k in range(3):
+        g.send("A", k)
+        g.send("A", k, dest="B")
+
+    def credit(total):
+        a.up(Message(a.local, b"", FC_CONTROL, {HEADER: [CREDIT, 4, total]}, b.local))
+    credit(2 * K)
+    assert a.layer.credits()[b.local] == MAX - K
+    assert a.layer.credits(unicast=True)[b.local] == MAX - 3 * K
+    credit(6 * K)  # everything released: both accounts full again
+    assert a.layer.credits()[b.local] == MAX
+    assert a.layer.credits(unicast=True)[b.local] == MAX
 
 
 def test_application_blocked_receiver_holds_deliveries_and_grants_nothing():
@@ -339,7 +416,8 @@ def test_leaving_releases_what_was_held():
 
 
 @pytest.mark.parametrize("hdr", [5, [], [7], [CREDIT], [CREDIT, 1], [CREDIT, "1", 2],
-                                 [CREDIT, 1, -5], [CREDIT, 1, None], "x", {"a": 1}])
+                                 [CREDIT, 1, -5], [CREDIT, 1, None], [CREDIT, 1, 2, 3],
+                                 [CREDIT, 1, 2, -1, 3], [CREDIT, 1, 2, 3, "4"], "x", {"a": 1}])
 def test_malformed_headers_are_counted_never_raised(hdr):
     g = Group("AB")
     g.view("AB")
@@ -402,3 +480,34 @@ def test_the_stack_reports_whether_flow_control_takes_app_blocking():
     gossip = StackConfig.local(membership="gossip").build("c", "A", ManualHost(), random.Random(1))
     assert "flow_control" not in [la.name for la in gossip.layers]
     assert gossip.set_app_blocked(True) is False  # the Channel pauses reading instead
+
+
+def test_a_destinations_unicast_queue_at_its_bound_refuses_that_destination_alone():
+    g = Group("ABC", max_queued_bytes=3 * K)
+    g.view("ABC")
+    g.drop = lambda m: True
+    for k in range(13):
+        g.send("A", k, dest="B")  # 10 go, 3 wait
+    with pytest.raises(FlowControlFull):
+        g.send("A", 13, dest="B")
+    g.send("A", 0, dest="C")  # another destination, and multicasts, still go
+    g.send("A", 1)
+    assert [m.dest for m in g["A"].below.sent[-2:]] == [g["C"].local, None]
+
+
+def test_the_stack_tracks_writability_per_destination():
+    import random
+
+    from raygroups.stack.config import StackConfig
+
+    from .sandwich import ManualHost
+    st = StackConfig.local().build("c", "A", ManualHost(), random.Random(1))
+    b = object()  # a member (any hashable stands for its address here)
+    st.note(Writable("flow_control", False, b))
+    assert st.writable and st.writable_to(None) and not st.writable_to(b)
+    assert st.writable_to(object())
+    st.note(Writable("flow_control", False))
+    assert not st.writable_to(None)
+    st.note(Writable("flow_control", True))
+    st.note(Writable("flow_control", True, b))
+    assert st.writable_to(b) and st.writable
