@@ -154,13 +154,18 @@ def test_a_large_unicast_waiting_for_a_slow_receiver_holds_back_no_multicast():
     assert a.stats["blocked_unicast"] == 1 and a.stats["blocked"] == 0
 
 
-def test_a_multicast_backlog_holds_back_no_unicast():
+def stalled(sends):
+    """A and B, nothing arriving; A multicast ``sends`` messages of K (10 fit)."""
     g = Group("AB")
     g.view("AB")
     g.drop = lambda m: True
-    for k in range(11):
+    for k in range(sends):
         g.send("A", k)
-    a = g["A"]
+    return g, g["A"]
+
+
+def test_a_multicast_backlog_holds_back_no_unicast():
+    g, a = stalled(11)
     assert len(a.layer.queue) == 1 and not writable(a)
     n = len(a.below.sent)
     g.send("A", 99, dest="B")
@@ -362,13 +367,7 @@ def test_members_that_leave_stop_counting_and_joiners_start_full():
 
 
 def test_internal_and_unreliable_messages_are_never_charged_or_queued():
-    g = Group("AB")
-    g.view("AB")
-    g.drop = lambda m: True
-    for k in range(10):
-        g.send("A", k)
-    g.send("A", 10)
-    a = g["A"]
+    g, a = stalled(11)
     assert a.layer.queue
     n = len(a.below.sent)
     a.down(Message(None, b"i" * 5000, INTERNAL))
