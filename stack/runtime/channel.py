@@ -206,8 +206,8 @@ class Channel:
                 if not pc.block_sends or loop.time() >= deadline:
                     raise NotPrimary(f"{self.name} is not in a primary component")
             self._writable.clear()
-            try:
-                await asyncio.wait_for(self._writable.wait(), max(0.0, deadline - loop.time()))
+            try:  # (past the deadline, blocked by flow control: a look every 50 ms, no spin)
+                await asyncio.wait_for(self._writable.wait(), max(0.05, deadline - loop.time()))
             except asyncio.TimeoutError:
                 pass
             self._check_open()
