@@ -198,3 +198,40 @@ def test_a_stalled_receiver_blocks_the_sender_and_its_memory_stays_bounded():
             if ch is not None:
                 await ch.close()
     asyncio.run(main())
+
+
+def test_unicasts_to_a_stalled_member_wait_alone_other_sends_go_on():
+    """JGroups' UFC beside MFC: m1's application stops consuming; m0's unicasts to it block
+    once its unicast credit is spent, while m0's unicasts to m2 and its multicasts (whose
+    credit at m1 is untouched) still go. Once m1 consumes again, every unicast arrives, in
+    order. (With one account and one queue per sender, as before, the waiting unicast
+    blocked every send of m0.)"""
+    credits, size = 256 * 1024, 32 * 1024
+
+    async def main():
+        chans = await group("udp", 3, flow_control__max_credits=credits)
+        m0, m1, m2 = chans
+        assert m1.stack.set_app_blocked(True)
+        sent = 0
+        with pytest.raises(asyncio.TimeoutError):
+            while sent < 64:
+                await asyncio.wait_for(m0.send(sent.to_bytes(4, "big") * (size // 4),
+                                               dest=m1.address), 1.0)
+                sent += 1
+        assert sent * size <= 2 * credits and not m0.stack.writable_to(m1.address)
+        assert m0.stack.writable and m0.stack.writable_to(m2.address)
+        await asyncio.wait_for(m0.send(b"to m2", dest=m2.address), 5)
+        await asyncio.wait_for(m0.send(b"to all"), 5)
+        got = [(await m2.receive(timeout=5)).payload for _ in range(2)]
+        assert sorted(got) == [b"to all", b"to m2"]
+        assert m1.stack.set_app_blocked(False) is True
+        await asyncio.wait_for(m0.send((sent).to_bytes(4, "big") * (size // 4),
+                                       dest=m1.address), 10)
+        seen = []
+        while len(seen) < sent + 1:
+            m = await m1.receive(timeout=10)
+            if m.sender == m0.address and len(m.payload) == size:
+                seen.append(int.from_bytes(m.payload[:4], "big"))
+        assert seen == list(range(sent + 1))
+        await close_all(chans)
+    asyncio.run(main())
