@@ -63,6 +63,7 @@ import time
 import uuid
 from typing import Callable, Optional, Sequence
 
+import percentile
 from raygroups.stack.runtime.ports import free_ports, free_run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -94,9 +95,8 @@ def summary(xs: Sequence[float]) -> dict:
 
 
 def pct(xs: Sequence[float], q: float) -> Optional[float]:
-    """Nearest-rank percentile."""
-    s = sorted(xs)
-    return s[max(0, math.ceil(q * len(s)) - 1)] if s else None
+    """Nearest-rank percentile (bench/percentile.py); None when there are no figures."""
+    return percentile.pct(xs, q, None)
 
 
 def ratio(ours: Optional[float], peer: Optional[float]) -> Optional[float]:

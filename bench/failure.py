@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import random
@@ -55,6 +54,7 @@ import uuid
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from percentile import pct  # noqa: E402
 from tests.member_proc import LoopbackMembers  # noqa: E402
 from tests.netns import NetLab  # noqa: E402
 
@@ -63,12 +63,6 @@ SIDES = ([0, 1, 2], [3, 4])
 TARGETS = {"detect_p50_s": 0.3, "detect_p99_s": 2.0, "hang_p50_s": 2.0,
            "false_exclusions_10pct": 0, "heal_s": 5.0}
 PARTS = ("detect", "hang", "hostloss", "loss", "heal")
-
-
-def pct(xs: list, q: float) -> float:
-    """Nearest-rank percentile."""
-    s = sorted(xs)
-    return s[max(0, math.ceil(q * len(s)) - 1)] if s else float("nan")
 
 
 def cluster(tag: str) -> str:

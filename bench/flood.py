@@ -37,6 +37,7 @@ import struct
 import sys
 import time
 
+from percentile import pct
 from raygroups.stack import Channel, StackConfig
 from raygroups.stack.auth import Auth, key_id
 from raygroups.stack.runtime.ports import free_ports
@@ -170,11 +171,6 @@ def flood_proc(port: int, rate: float, seconds: float, seed: int, group_key: byt
 
 
 # -- the run ------------------------------------------------------------------------------
-def pct(xs: list, q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(len(xs) * q))] if xs else float("nan")
-
-
 def run(seconds: float, rate: int, factor: float, seed: int) -> dict:
     rng = random.Random(seed)
     key = rng.randbytes(32)

@@ -31,7 +31,7 @@ import sys
 import time
 
 from raygroups.stack.runtime.ports import free_ports
-from workqueue import pct  # bench/workqueue.py's percentile, the same figures as its table
+from percentile import pct
 
 STAMP = struct.Struct("!dI")
 MEMBERS = 3
@@ -199,7 +199,7 @@ def summarize(results: dict, t_go: float) -> dict:
         lat = [x for _, x in sel]
         return {"seconds": hi - lo, "accepted": len(sel),
                 "max_gap": max(b - a for a, b in zip(edges, edges[1:])),
-                "p50": pct(lat, 50), "p99": pct(lat, 99), "max": max(lat or [float("nan")])}
+                "p50": pct(lat, 0.5), "p99": pct(lat, 0.99), "max": max(lat or [float("nan")])}
 
     return {"backlog": results[0].get("backlog_depth"), "join_s": t_active - t_join,
             "baseline": win(t_go + 1.0, t_join), "join": win(t_join, t_active + 1.0),

@@ -25,15 +25,12 @@ import sys
 import threading
 import time
 
+from percentile import pct
+
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 SUBSCRIPTION_P50_MS = 50.0
 DETECTION_P50_MS = 500.0
-
-
-def pct(xs: list, q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
 def verdict(ok: bool) -> str:

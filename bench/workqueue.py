@@ -36,18 +36,12 @@ import subprocess
 import tempfile
 import time
 
+from percentile import pct
 from raygroups.stack.runtime.ports import free_ports
 
 STAMP = struct.Struct("!dI")
 MEMBERS = 3
 STACK_OPTS: dict = {}
-
-
-def pct(xs: list, p: float) -> float:
-    if not xs:
-        return float("nan")
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(p / 100 * len(xs)))]
 
 
 # ==========================================================================================
@@ -198,11 +192,11 @@ def run_raygroups(mode: str, count: int, paced: int, rate: float, size: int, bat
         for i, r in sorted(results.items()):
             pl = r.get("pub_lat", [])
             print(f"  m{i}: {r['stats']}\n      {r.get('stack')}\n      paced publish "
-                  f"p50 {pct(pl, 50) * 1e3:.2f} p99 {pct(pl, 99) * 1e3:.2f} max "
+                  f"p50 {pct(pl, 0.5) * 1e3:.2f} p99 {pct(pl, 0.99) * 1e3:.2f} max "
                   f"{max(pl or [0]) * 1e3:.1f} ms; acquire latency max "
                   f"{max(r['lat'] or [0]) * 1e3:.1f}")
     return {"msgs": count, "secs": last - first, "rate": count / (last - first),
-            "p50": pct(lat, 50) * 1e3, "p99": pct(lat, 99) * 1e3, "owner_moves": slices,
+            "p50": pct(lat, 0.5) * 1e3, "p99": pct(lat, 0.99) * 1e3, "owner_moves": slices,
             "per_member": per_member}
 
 
@@ -439,8 +433,8 @@ def run_rabbit(cluster: RabbitCluster, mode: str, count: int, paced: int, rate: 
             if p.is_alive():
                 p.kill()
     secs = min(lasts) - min(firsts)
-    return {"msgs": count, "secs": secs, "rate": count / secs, "p50": pct(lat, 50) * 1e3,
-            "p99": pct(lat, 99) * 1e3}
+    return {"msgs": count, "secs": secs, "rate": count / secs, "p50": pct(lat, 0.5) * 1e3,
+            "p99": pct(lat, 0.99) * 1e3}
 
 
 def rabbit_available() -> str:
