@@ -7,6 +7,7 @@ ordered, virtually synchronous delivery, so every member holds the same queues.
   and the lifecycle: purge, delete, declare (overflow policy, TTL), expire)
 - ``replica.Replica``: one member's side: epochs and reconciliation after each primary
   view, batching, majority completion of calls, queue ownership decisions
+- ``update``: a stale member's update, streamed from its donor in bounded chunks
 - ``sim.SimQueues``: a replica in the simulator; ``raygroups.stack.runtime.workqueue``: on a
   real Channel (asyncio)
 """

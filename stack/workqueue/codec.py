@@ -3,8 +3,9 @@
 Ordered (total order) messages: ``[BATCH, epoch, [[cseq, op, *args], ...]]`` (many queue
 commands in one multicast); a member's position for reconciliation travels in the primary
 component's state exchange instead (``Replica.exchange_data``). Unordered: ``[APPLIED, epoch, applied]`` (what a
-member applied, for majority completion) and ``[SNAP, view_key, state]`` (the state for a
-stale member). Decoding is bounded and validated by the caller: anything malformed is
+member applied, for majority completion), ``[SNAP, view_key, state]`` (the whole state for
+a stale member of an older build) and the streamed update's ``UPDATE`` and ``UPDATE_ACK``
+(stack/workqueue/update.py). Decoding is bounded and validated by the caller: anything malformed is
 counted and dropped, identically at every member for ordered messages.
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ import msgpack
 
 MAGIC = b"\xa7WQ"
 BATCH, APPLIED, SNAP = 0, 2, 3  # 1 was a reconciliation round's HELLO
+UPDATE, UPDATE_ACK = 4, 5  # a streamed update's chunk, and a stale member's ask/ack (update.py)
 
 # commands (the Qpid design's names): create a queue, enqueue a published message, acquire,
 # release, dequeue (accept), reject (to the alternate: "rejected"), and queue ownership

@@ -60,3 +60,17 @@ class WorkQueueConfig:
     the lifecycle (each does once per view, right after it); then it fails with
     QueueUnsupported, as it does while an older build is in the view (a rolling upgrade).
     0: fail at once."""
+    update_chunk_bytes: int = 256 * 1024
+    """A stale member's update (a joiner's, or one back from a minority) streams from its
+    donor in chunks of about this many bytes of message bodies (the Qpid new-cluster
+    design's update, bounded). Each chunk is built by the donor and loaded by the stale
+    member in one go, between deliveries: smaller chunks keep both more responsive (the
+    others' publish-to-accept gap while a member joins), larger ones cost fewer round
+    trips."""
+    update_window: int = 8
+    """Chunks the donor sends ahead of what the slowest stale member has loaded: the
+    update's buffer at both ends (about ``update_window * update_chunk_bytes``)."""
+    update_ask_s: float = 2.0
+    """How long, in seconds, the donor waits for a stale member to ask for the streamed
+    update; one that does not (a build before it) then gets the whole state in one
+    snapshot, as that build expects. Only mixed groups (a rolling upgrade) ever wait it."""

@@ -48,12 +48,13 @@ from ..errors import MessageTooLarge
 from . import codec
 from .codec import (ACQUIRE, APPLIED, BATCH, CANCEL, CONSUME, CREATE, DECLARE, DELETE,
                     DEQUEUE, ENQUEUE, EXPIRE, LEVEL, OWNER_RELEASE, PURGE, REJECT, RELEASE,
-                    SNAP)
+                    SNAP, UPDATE, UPDATE_ACK)
 from .config import ACK_LOCAL, WorkQueueConfig
 from .errors import (NoSuchQueue, NotAcquired, QueueClosed, QueueError, QueueFull,
                      QueueNotPrimary, QueueOutcomeUnknown, QueueUnsupported, StaleEpoch)
 from .state import (FULL, LIFECYCLE_LEVEL, NO_QUEUE, NOT_ACQUIRED, NOT_OWNER, OK, OVERFLOWS,
                     REJECT_PUBLISH, RETRY, STALE_EPOCH, TOO_LARGE, UNSUPPORTED, QueueState)
+from .update import Incoming, Outgoing
 
 
 class Phase(enum.Enum):
@@ -159,11 +160,17 @@ def _err(code: int, what: str) -> Exception:
     return QueueError(f"{what}: refused ({code})")
 
 
+STREAM_LEVEL = 3
+"""The queue level of a build that streams a stale member's update (update.py)."""
+
+
 class Replica:
-    level = LIFECYCLE_LEVEL
-    """The queue level this member announces in every epoch (LEVEL): it knows the
-    lifecycle commands. A member announcing less (or nothing, an older build) keeps every
-    member from applying them."""
+    level = STREAM_LEVEL
+    """The queue level of this build, announced in every epoch (LEVEL): it knows the
+    lifecycle commands (``LIFECYCLE_LEVEL``; a member announcing less, or nothing, keeps
+    every member from applying them) and asks for a streamed update when stale
+    (``STREAM_LEVEL``; a build below it waits for the whole snapshot, which its donor sends
+    when it does not ask)."""
 
     def __init__(self, local: Any, config: Optional[WorkQueueConfig] = None,
                  clock: Callable[[], float] = lambda: 0.0,
@@ -186,6 +193,8 @@ class Replica:
         self.exchange: Optional[tuple] = None  # (view key, {uid: position}) for the next view
         self.await_key: Optional[list] = None
         self.held: list = []                  # ordered deliveries while awaiting state
+        self.incoming: Optional[Incoming] = None  # the update we load, when stale
+        self.outgoing: Optional[Outgoing] = None  # the update we stream, as a donor
         self.cseq = 0
         self.pseq = 0
         self.sent: dict = {}                  # cseq -> Request or ("internal", queue, op)
@@ -224,7 +233,8 @@ class Replica:
             return  # the same view again
         exchange, self.exchange = self.exchange, None
         self.view, self.view_key = view, key
-        self.await_key, self.held = None, []
+        self.await_key, self.held, self.incoming = None, [], None
+        self._end_update()
         self._drop_batch()
         if self.local not in view.members or not view.primary:
             self._lose_primary("not in a primary component")
@@ -267,6 +277,10 @@ class Replica:
                     self._check_durable()
             elif kind == SNAP:
                 self._on_snapshot(obj)
+            elif kind == UPDATE and self.level >= STREAM_LEVEL:
+                self._on_update(sender, obj)
+            elif kind == UPDATE_ACK and self.level >= STREAM_LEVEL:
+                self._on_update_ack(sender, obj)
             else:
                 self.stats["malformed"] += 1
         except (ValueError, TypeError, IndexError, KeyError, AttributeError):
@@ -281,6 +295,8 @@ class Replica:
                 self._pump(name)
             self._ungate()
             self._expire()
+        if self.outgoing is not None:
+            self._send_update(self.outgoing.overdue(self.clock(), self.config.update_ask_s))
 
     def _expire(self) -> None:
         """The epoch's first member multicasts EXPIRE every ``expire_interval_s`` with its
@@ -318,6 +334,7 @@ class Replica:
         return out
 
     def close(self) -> None:
+        self._end_update()
         self._fail_all(QueueClosed("the work queue service was closed"),
                        QueueOutcomeUnknown("the work queue service was closed with the call "
                                            "under way"))
@@ -756,14 +773,26 @@ class Replica:
             self.state.begin_epoch(pid, order)
             stale = [a for a in self.view.members if positions[a.uid][:2] != best]
             if donor == self.uid and stale:
-                snap = self.state.snapshot()
-                for a in stale:
-                    self._emit(a, [SNAP, key, snap], False)
                 self.stats["snapshots_sent"] += len(stale)
+                if self.level >= STREAM_LEVEL:  # sent as each stale member asks
+                    cfg = self.config
+                    self.outgoing = Outgoing(self.state, key, {a.uid: a for a in stale},
+                                             self.clock(), cfg.update_chunk_bytes,
+                                             cfg.update_window)
+                else:
+                    snap = self.state.snapshot()
+                    for a in stale:
+                        self._emit(a, [SNAP, key, snap], False)
             self._activate(in_sync=True)
         else:
             self.phase = Phase.AWAIT_SNAPSHOT
             self.await_key = key
+            if self.level >= STREAM_LEVEL:
+                cfg = self.config
+                donor_addr = next(a for a in self.view.members if a.uid == donor)
+                self.incoming = Incoming(key, donor_addr, QueueState(
+                    cfg.max_depth, cfg.max_bytes, cfg.max_message_size))
+                self._emit(donor_addr, [UPDATE_ACK, key, 0], False)
 
     def _on_snapshot(self, obj: list) -> None:
         _, key, data = obj
@@ -771,10 +800,48 @@ class Replica:
             self.stats["stale_snapshots"] += 1
             return
         self.state.restore(data)
+        self._updated()
+
+    def _updated(self) -> None:
         self.stats["snapshots_received"] += 1
-        self.await_key = None
+        self.await_key, self.incoming = None, None
         held, self.held = self.held, []
         self._activate(in_sync=False, held=held)
+
+    def _on_update(self, sender: bytes, obj: list) -> None:
+        """A chunk of the streamed update (update.py)."""
+        _, key, n, last, head, items = obj
+        inc = self.incoming
+        if self.phase is not Phase.AWAIT_SNAPSHOT or inc is None or key != inc.key or \
+                sender != inc.donor.uid:
+            self.stats["stale_snapshots"] += 1
+            return
+        done = inc.load(n, last, head, items)
+        self.stats["update_chunks"] += 1
+        self._emit(inc.donor, [UPDATE_ACK, key, inc.loaded], False)
+        if done:
+            self.state.adopt(inc.state)
+            self._updated()
+
+    def _on_update_ack(self, sender: bytes, obj: list) -> None:
+        _, key, loaded = obj
+        out = self.outgoing
+        if out is None or key != out.key or type(loaded) is not int:
+            return
+        self._send_update(out.on_ack(sender, loaded))
+
+    def _send_update(self, sends: list) -> None:
+        if sends:
+            self._seal()
+        for dest, payload in sends:
+            self.outbox.append((dest, payload, False))
+        if self.outgoing is not None and self.outgoing.over:
+            self.outgoing = None
+
+    def _end_update(self) -> None:
+        if self.outgoing is not None:
+            self.outgoing.close()
+            self.outgoing = None
 
     def _activate(self, in_sync: bool, held: Optional[list] = None) -> None:
         self.phase = Phase.ACTIVE

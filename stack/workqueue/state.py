@@ -82,7 +82,7 @@ class Entry:
 class Queue:
     __slots__ = ("name", "alternate", "max_depth", "max_bytes", "msgs", "avail", "heap",
                  "acquired", "next_pos", "bytes", "held_bytes", "consumers", "owner", "counters",
-                 "overflow", "ttl_s", "ages", "unstamped")
+                 "overflow", "ttl_s", "ages", "unstamped", "kept", "cut")
 
     def __init__(self, name: str, alternate: Optional[str], max_depth: int, max_bytes: int,
                  overflow: str = REJECT_PUBLISH, ttl_s: Optional[float] = None):
@@ -106,6 +106,10 @@ class Queue:
         # (lazy deletion, like ``heap``), and the entries with no timestamp yet
         self.ages: list = []
         self.unstamped: list = []
+        # while a streamed update is sent (see ``freeze``): {position: the image of an entry
+        # below ``cut`` as the update began}, taken at its first change after that
+        self.kept: Optional[dict] = None
+        self.cut = 0
 
     # -- primitives -----------------------------------------------------------------------
     def push(self, e: Entry) -> None:
@@ -123,13 +127,21 @@ class Queue:
         else:
             heapq.heappush(self.ages, (e.ts, e.pos))
 
+    def keep(self, e: Entry) -> None:
+        """Called before ``e``'s holder, acquisition or timestamp changes: while an update
+        is streamed, its image as the update began is kept (copy on write)."""
+        kept = self.kept
+        if kept is not None and e.pos < self.cut and e.pos not in kept:
+            kept[e.pos] = image(e)
+
     def hold(self, e: Entry, holder: bytes) -> None:
-        """``e`` (just taken) is acquired by ``holder``."""
+        """``e`` (just taken, and kept) is acquired by ``holder``."""
         e.holder = holder
         self.acquired[e.mid] = e
         self.held_bytes += len(e.body)
 
     def make_available(self, e: Entry) -> None:
+        self.keep(e)
         if self.acquired.pop(e.mid, None) is not None:
             self.held_bytes -= len(e.body)
         e.holder = None
@@ -173,6 +185,28 @@ class Queue:
         if len(self.unstamped) > 2 * len(self.msgs) + 64:
             self.unstamped = [e for e in self.unstamped
                               if e.ts is None and self.msgs.get(e.mid) is e]
+
+    def load(self, rows: list) -> None:
+        """Messages of a snapshot (``row``s, in publish order) added to this queue."""
+        heap, avail, msgs, ttl = self.heap, self.avail, self.msgs, self.ttl_s is not None
+        last = heap[-1] if heap else -1
+        ordered = True
+        for pub, pseq, body, pos, holder, tok, tepoch, deliveries, *ts in rows:
+            e = Entry((pub, pseq), body, pos, ts[0] if ts else None)
+            e.tok, e.tepoch, e.deliveries = tok, tepoch, deliveries
+            msgs[e.mid] = e
+            self.bytes += len(body)
+            if holder is None:
+                avail[pos] = e
+                ordered = ordered and pos > last
+                last = pos
+                heap.append(pos)
+            else:
+                self.hold(e, holder)
+            if ttl:
+                self.age(e)
+        if not ordered:  # rows in publish order append to a sorted list, already a heap
+            heapq.heapify(heap)
 
     @property
     def depth(self) -> int:
@@ -362,6 +396,7 @@ class QueueState:
                 e = q.take()
                 if e is None:
                     break
+                q.keep(e)
                 self.next_tok += 1
                 e.tok, e.tepoch = self.next_tok, self.epoch
                 e.deliveries += 1
@@ -515,6 +550,7 @@ class QueueState:
             held = []
             for e in q.unstamped:
                 if q.avail.get(e.pos) is e:
+                    q.keep(e)
                     e.ts = now
                     heapq.heappush(q.ages, (now, e.pos))
                 elif q.msgs.get(e.mid) is e:
@@ -578,62 +614,90 @@ class QueueState:
     # -- snapshots ------------------------------------------------------------------------
     def snapshot(self) -> bytes:
         """The whole state as bytes (see ``_snapshot``), built with the collector off."""
-        with _no_collection():
+        with no_collection():
             return self._snapshot()
 
-    def _snapshot(self) -> bytes:
-        """The whole state, canonical: equal states give equal bytes. Version 1 (which
-        builds before the lifecycle read) unless a queue has an overflow policy, a TTL or
-        lifecycle counters; then version 2: each queue adds its overflow policy and TTL,
-        all nine counters, and each message its timestamp (a message's timestamp matters
-        only on a queue with a TTL, so version 1 leaves it out)."""
+    def head(self) -> list:
+        """The state's own fields, as a snapshot begins: [version, epoch, applied, members,
+        next_tok]. Version 1 (which builds before the lifecycle read) unless a queue has an
+        overflow policy, a TTL or lifecycle counters; then version 2: each queue adds its
+        overflow policy and TTL, all nine counters, and each message its timestamp (a
+        message's timestamp matters only on a queue with a TTL, so version 1 leaves it
+        out)."""
         v2 = not all(q.v1() for q in self.queues.values())
-        queues = []
-        for q in self.queues.values():
-            msgs = [[e.mid[0], e.mid[1], e.body, e.pos, e.holder, e.tok, e.tepoch, e.deliveries]
-                    + ([e.ts] if v2 else [])
-                    for e in sorted(q.msgs.values(), key=lambda e: e.pos)]
-            counters = list(q.counters if v2 else q.counters[:N_COUNTERS_V1])
-            queues.append([q.name, q.alternate, q.max_depth, q.max_bytes, q.next_pos, q.owner,
-                           list(q.consumers), counters, msgs]
-                          + ([q.overflow, q.ttl_s] if v2 else []))
-        return msgpack.packb([SNAPSHOT_VERSION if v2 else SNAPSHOT_V1, self.epoch,
-                              self.applied, self.members, self.next_tok, queues],
-                             use_bin_type=True)
+        return [SNAPSHOT_VERSION if v2 else SNAPSHOT_V1, self.epoch, self.applied,
+                list(self.members), self.next_tok]
+
+    def _snapshot(self) -> bytes:
+        """The whole state, canonical: equal states give equal bytes: ``head()``, then every
+        queue's ``meta`` and its messages' ``row``s in publish order."""
+        head = self.head()
+        v2 = head[0] == SNAPSHOT_VERSION
+        queues = [meta(q, v2) + [[row(e, None, v2) for e in q.msgs.values()]]
+                  for q in self.queues.values()]
+        return msgpack.packb(head + [queues], use_bin_type=True)
 
     def restore(self, data: bytes) -> None:
         """A snapshot of either version, restored with the collector off."""
-        with _no_collection():
+        with no_collection():
             self._restore(data)
 
     def _restore(self, data: bytes) -> None:
-        v, epoch, applied, members, next_tok, queues = msgpack.unpackb(
-            data, raw=False, use_list=True, strict_map_key=False)
+        head = msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=False)
+        *head, queues = head
+        self.begin_restore(head)
+        for *m, msgs in queues:
+            self.add_queue(m).load(msgs)
+
+    def begin_restore(self, head: list) -> None:
+        """The first step of a restore (whole or streamed): ``head()`` of the snapshot;
+        then ``add_queue`` for each queue, in order, and ``load`` for its messages."""
+        v, epoch, applied, members, next_tok = head
         if v not in (SNAPSHOT_V1, SNAPSHOT_VERSION):
             raise ValueError(f"snapshot version {v}")
         self.epoch, self.applied, self.members, self.next_tok = epoch, applied, members, next_tok
         self.levels = {}
         self._relevel()
         self.queues = {}
-        for name, alt, depth, nbytes, next_pos, owner, consumers, counters, msgs, *v2 in queues:
-            q = Queue(name, alt, depth, nbytes, *v2)
-            counters = counters + [0] * (N_COUNTERS - len(counters))
-            q.next_pos, q.owner, q.consumers, q.counters = next_pos, owner, consumers, counters
-            for pub, pseq, body, pos, holder, tok, tepoch, deliveries, *ts in msgs:
-                e = Entry((pub, pseq), body, pos, ts[0] if ts else None)
-                e.tok, e.tepoch, e.deliveries = tok, tepoch, deliveries
-                q.msgs[e.mid] = e
-                q.bytes += len(body)
-                if holder is None:
-                    q.avail[pos] = e
-                    q.heap.append(pos)
-                else:
-                    q.hold(e, holder)
-                if q.ttl_s is not None:
-                    q.age(e)
-            heapq.heapify(q.heap)
-            self.queues[name] = q
+        self.touched = set()
+
+    def add_queue(self, m: list) -> Queue:
+        """A queue from its ``meta`` (either version), empty, added to the state."""
+        name, alt, depth, nbytes, next_pos, owner, consumers, counters, *v2 = m
+        q = Queue(name, alt, depth, nbytes, *v2)
+        q.next_pos, q.owner, q.consumers = next_pos, owner, consumers
+        q.counters = counters + [0] * (N_COUNTERS - len(counters))
+        self.queues[name] = q
+        self.touched.add(name)
+        return q
+
+    def adopt(self, other: "QueueState") -> None:
+        """Take ``other``'s replicated state (a streamed update, assembled apart)."""
+        self.epoch, self.applied, self.members = other.epoch, other.applied, other.members
+        self.next_tok, self.queues = other.next_tok, other.queues
+        self.levels = {}
+        self._relevel()
         self.touched = set(self.queues)
+
+    def freeze(self) -> list:
+        """The state as it is now, for an update streamed while it moves on: [``head()``,
+        [(queue, its ``meta``, its entries in publish order), ...]]. Each queue keeps, from
+        now on, the image of every entry it changes (``Queue.keep``) until ``thaw``; ``row``
+        of an entry with its kept image is the entry as it was here. Costs a list of
+        references per queue, not a copy of the messages."""
+        head = self.head()
+        v2 = head[0] == SNAPSHOT_VERSION
+        queues = []
+        for q in self.queues.values():
+            q.kept, q.cut = {}, q.next_pos
+            queues.append((q, meta(q, v2), list(q.msgs.values())))
+        return [head, queues]
+
+    @staticmethod
+    def thaw(frozen: list) -> None:
+        """The update of ``freeze`` is over: its queues stop keeping images."""
+        for q, _m, _entries in frozen[1]:
+            q.kept = None
 
     def digest(self) -> str:
         """A short hash of the canonical snapshot (replicas compare it)."""
@@ -644,8 +708,29 @@ class QueueState:
         return {q.name: {e.mid: e.holder for e in q.msgs.values()} for q in self.queues.values()}
 
 
+def image(e: Entry) -> tuple:
+    """What of an entry changes after it was published (see ``Queue.keep``)."""
+    return e.holder, e.tok, e.tepoch, e.deliveries, e.ts
+
+
+def meta(q: Queue, v2: bool) -> list:
+    """A queue in a snapshot, without its messages."""
+    counters = list(q.counters if v2 else q.counters[:N_COUNTERS_V1])
+    return [q.name, q.alternate, q.max_depth, q.max_bytes, q.next_pos, q.owner,
+            list(q.consumers), counters] + ([q.overflow, q.ttl_s] if v2 else [])
+
+
+def row(e: Entry, kept: Optional[tuple], v2: bool) -> list:
+    """A message in a snapshot: as it is, or as ``kept`` (its image) says it was."""
+    holder, tok, tepoch, deliveries, ts = kept or image(e)
+    r = [e.mid[0], e.mid[1], e.body, e.pos, holder, tok, tepoch, deliveries]
+    if v2:
+        r.append(ts)
+    return r
+
+
 @contextlib.contextmanager
-def _no_collection():
+def no_collection():
     """Python's cycle collector off while a snapshot is built or restored: the millions of
     lists and entries made would set off collections that each walk every object of the
     process (a snapshot of 1,000,000 messages took 13.4 s with it, 0.66 s without; its

@@ -5,7 +5,7 @@ import msgpack
 import pytest
 
 from raygroups.stack.workqueue import (NoSuchQueue, Phase, QueueFull, QueueUnsupported,
-                                       WorkQueueConfig)
+                                       Replica, WorkQueueConfig)
 from raygroups.stack.workqueue.codec import (ACQUIRE, CONSUME, CREATE, DECLARE, DELETE,
                                              DEQUEUE, ENQUEUE, EXPIRE, LEVEL, PURGE, REJECT)
 from raygroups.stack.workqueue.state import (FULL, LIFECYCLE_LEVEL, MALFORMED, NO_QUEUE,
@@ -209,7 +209,7 @@ def test_a_lifecycle_call_waits_for_the_announcements_of_a_new_epoch():
     purge = a.purge("q")  # before any view: it waits for the epoch's levels
     bus.view()
     assert purge.done and isinstance(purge.error, NoSuchQueue)
-    assert a.state.level() == LIFECYCLE_LEVEL
+    assert a.state.level() == Replica.level  # every member announced this build's
 
 
 # -- the replica: purge, delete, queues(), overflow, EXPIRE -----------------------------------
