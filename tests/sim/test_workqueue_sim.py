@@ -5,6 +5,8 @@ a partition, and heals. Then every queue is drained and the history is checked
 (tests/sim/queue_history.py): no acknowledged publish lost, no message accepted twice,
 every requeue accounted for, rejects on the alternate exactly once, FIFO per publisher,
 identical replicas."""
+import random
+
 import pytest
 
 from raygroups.stack import StackConfig
@@ -145,7 +147,13 @@ def test_work_queue_history(sim_seed):
     sim = Simulation(sim_seed, SimOptions(loss=0.03, duplicate=0.01, reorder=0.03,
                                           delay_s=(0.0005, 0.003)), buggify=True)
     h = QueueHistory(sim, MAIN, ALT)
-    drivers = start(sim)
+    # a stale member's update in chunks of a message or two, or of all of them, while
+    # the donor moves on (its own generator: the schedule's stays the seed's)
+    pick = random.Random(f"{sim_seed}:update")
+    wq = WorkQueueConfig(time_slice_s=0.05, update_window=pick.choice((1, 2, 8)),
+                         update_chunk_bytes=pick.choice((64, 1024, 256 * 1024)))
+    print(f"update: chunks of {wq.update_chunk_bytes} bytes, window {wq.update_window}")
+    drivers = start(sim, wq=wq)
     create = drivers[0].create(MAIN, ALT)
     sim.run_until(lambda: create.done, 5, "queue created")
     assert create.error is None, create.error
