@@ -6,8 +6,8 @@ preset), hold ``--backlog`` messages of ``--size`` bytes on a queue nobody consu
 every member publishes paced work (``--rate`` messages per second in all, stamped with the
 system-wide monotonic clock) to a second queue and every member consumes it (acquire, then
 accept). After ``--baseline`` seconds a fourth member starts and joins; it catches up with
-the group's queue state (today: the whole state, one snapshot from one donor, sent as one
-message) and becomes active. The bench prints, for the baseline window and for the join
+the group's queue state (streamed by one donor in chunks, while the others go on: the
+Qpid new-cluster design's update, bounded; stack/workqueue/update.py) and becomes active. The bench prints, for the baseline window and for the join
 (from the joiner's start until one second after it is active):
 
 * the longest gap between two accepts completed anywhere in the group;
@@ -204,6 +204,7 @@ def summarize(results: dict, t_go: float) -> dict:
     return {"backlog": results[0].get("backlog_depth"), "join_s": t_active - t_join,
             "baseline": win(t_go + 1.0, t_join), "join": win(t_join, t_active + 1.0),
             "snapshots": j["stats"].get("snapshots_received", 0),
+            "chunks": j["stats"].get("update_chunks", 0),
             "views": len(set().union(*(r["views"] for r in results.values()))),
             "errors": {f"m{i}": r["errors"] for i, r in sorted(results.items()) if r["errors"]},
             "stuck": sum(r["stuck"] for r in results.values())}
@@ -223,9 +224,10 @@ def main() -> None:
     print(f"work queue, a 4th member joins 3 holding {r['backlog']:,} messages of "
           f"{args['size']} B, {args['rate']:.0f} msg/s of work published and accepted "
           f"(load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end)")
-    print(f"joiner active {r['join_s']:.2f} s after its start; whole-state snapshots it "
-          f"received: {r['snapshots']}; views installed in the run: {r['views']} (2 when the "
-          f"join is the only change); failed calls: {r['errors'] or 'none'}; calls still "
+    print(f"joiner active {r['join_s']:.2f} s after its start; updates it received: "
+          f"{r['snapshots']} ({r['chunks']:,} chunks streamed, 0 for a whole snapshot); "
+          f"views installed in the run: {r['views']} (2 when the join is the only change); "
+          f"failed calls: {r['errors'] or 'none'}; calls still "
           f"waiting at the end: {r['stuck']}")
     print("| window | seconds | accepted | longest gap between accepts | "
           "publish -> accept p50 / p99 / max |")
