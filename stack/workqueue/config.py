@@ -69,7 +69,9 @@ class WorkQueueConfig:
     trips."""
     update_window: int = 8
     """Chunks the donor sends ahead of what the slowest stale member has loaded: the
-    update's buffer at both ends (about ``update_window * update_chunk_bytes``)."""
+    update's buffer at both ends (about ``update_window * update_chunk_bytes``). Keep that
+    below flow control's ``max_credits`` (4 MiB): then the update's unicasts never wait for
+    credits, and nothing the donor sends after them waits behind them."""
     update_ask_s: float = 2.0
     """How long, in seconds, the donor waits for a stale member to ask for the streamed
     update; one that does not (a build before it) then gets the whole state in one
