@@ -30,14 +30,14 @@ def config(ports, i, faults=False, expected=None):
     return StackConfig.local(**opts)
 
 
-async def start(n, extra=0, faults=False):
+async def start(n, extra=0, faults=False, wq=WQ):
     """n connected members (ports for ``extra`` more that may join later)."""
     ports = free_ports(n + extra)
     cluster = f"wq-{next(_ids)}-{ports[0]}"
     chans = []
     for i in range(n):
         ch = QueueChannel(cluster, name=f"m{i}", config=config(ports, i, faults, n),
-                          queue_config=WQ)
+                          queue_config=wq)
         await ch.connect(timeout=20)
         chans.append(ch)
     await until(lambda: all(c.view is not None and len(c.view) == n for c in chans), 20,
@@ -206,11 +206,15 @@ def test_the_lifecycle_on_channels():
     asyncio.run(main())
 
 
-def test_joiner_gets_the_queues_through_state_transfer():
+@pytest.mark.parametrize("chunk", [256 * 1024, 512])
+def test_joiner_gets_the_queues_through_state_transfer(chunk):
     """A member joining while messages are published gets the queue through state
-    transfer; nothing published during the transfer is lost or doubled."""
+    transfer (the streamed update: in one chunk, or in dozens of about ``chunk`` bytes while
+    the donor moves on); nothing published during the transfer is lost or doubled."""
+    wq = WorkQueueConfig(time_slice_s=0.05, update_chunk_bytes=chunk, update_window=2)
+
     async def main():
-        cluster, ports, chans = await start(3, extra=1)
+        cluster, ports, chans = await start(3, extra=1, wq=wq)
         try:
             q0 = await chans[0].queue("st", alternate="st.dead")
             await q0.publish_many([b"old-%d" % k for k in range(200)])
@@ -227,14 +231,16 @@ def test_joiner_gets_the_queues_through_state_transfer():
             task = asyncio.create_task(publisher())
             await asyncio.sleep(0.1)
             joiner = QueueChannel(cluster, name="m3", config=config(ports, 3, expected=4),
-                                  queue_config=WQ)
+                                  queue_config=wq)
             await joiner.connect(timeout=20)
             chans.append(joiner)
             await joiner.queues.wait_active(20)
             await asyncio.sleep(0.2)
             stop_pub.set()
             await task
-            assert joiner.queues.replica.stats["snapshots_received"] == 1  # from the donor
+            stats = joiner.queues.replica.stats
+            assert stats["snapshots_received"] == 1  # from the donor, streamed
+            assert stats["update_chunks"] >= (1 if chunk > 100_000 else 20), stats
             await until(lambda: len(digests(chans)) == 1, 10, "joiner equal to the others")
             qj = await joiner.queue("st")
             assert qj.depth() == 200 + len(published)
