@@ -1,14 +1,15 @@
-"""The queue history checker's lifecycle rules can fail: each deliberate mutation of the
-work queue's lifecycle makes ``QueueHistory.check`` report a violation on the lifecycle
+"""The queue history checker can fail: each deliberate mutation of the
+work queue's lifecycle (and of the streamed update) makes ``QueueHistory.check`` report a violation on the lifecycle
 campaign's schedule (tests/sim/test_workqueue_lifecycle_sim.py) within a few seeds, while
 the same schedules pass unmutated (that campaign's own test)."""
 import pytest
 
 from raygroups.stack.workqueue.codec import ENQUEUE, EXPIRE, PURGE
 from raygroups.stack.workqueue.replica import Replica
-from raygroups.stack.workqueue.state import FULL, OK, QueueState
+from raygroups.stack.workqueue.state import FULL, OK, Queue, QueueState
 
 from .test_workqueue_lifecycle_sim import lifecycle_history
+from . import test_workqueue_sim as queue_campaign
 
 SEEDS = range(6)
 
@@ -89,3 +90,19 @@ def test_a_mutation_of_the_lifecycle_fails_the_queue_checker(monkeypatch, what, 
             print(f"{what}: seed {seed}: {str(e)[:200]}")
             return
     raise AssertionError(f"the queue checker missed '{what}' on seeds {SEEDS}")
+
+
+def test_a_donor_without_copy_on_write_fails_the_queue_campaign(monkeypatch):
+    """The streamed update sends the donor's state frozen as the epoch began; a donor that
+    keeps no image of the entries it changes meanwhile sends a mix of two states, and the
+    main queue campaign test (tests/sim/test_workqueue_sim.py) catches it within a few
+    seeds."""
+    monkeypatch.setattr(Queue, "keep", lambda self, e: None)
+    for seed in range(1000, 1012):
+        try:
+            queue_campaign.test_work_queue_history(seed)
+        except AssertionError as e:
+            assert "replicas disagree" in str(e), e
+            print(f"seed {seed}: {str(e)[:200]}")
+            return
+    raise AssertionError("the queue campaign missed a donor without copy on write")
