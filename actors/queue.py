@@ -35,9 +35,10 @@ Settles to make again (``actors/queue_owed.py``): ``settle_many(op, ds, owe=True
 ``settle_keys(op, keys, owe=True)`` owe what a live member refused for now (a view change:
 QueueNotPrimary, QueueOutcomeUnknown) or what a call did not get through with: the member
 would otherwise keep it, leased to this process, and it would never be redelivered. The
-handle (and its ``on()`` handles) settles it again at every tick of the lease keeper below
-and on ``settle_owed()`` while its member is in the group (``group.member_names()``), and
-drops it once the member is not (the queue then redelivers it); ``owed()`` counts it.
+handle (and its ``on()`` handles) settles it again at every tick of the lease keeper
+(``actors/queue_lease.py``) and on ``settle_owed()`` while its member is in the group
+(``group.member_names()``), and drops it once the member is not (the queue then redelivers
+it); ``owed()`` counts it.
 
 Member side: ``QueueHost`` belongs to a ``MemberActor``; ``attach(channel)`` puts the work
 queue service (stack/runtime/workqueue.py) on each new channel before it connects, and the
@@ -47,10 +48,11 @@ that member crashes, what it held is requeued and another member delivers it.
 
 Consumers that vanish: every acquisition through a handle is leased to the calling process
 (``CLIENT``, one id per process) for ``lease_s`` (default 30 s). While the process holds
-deliveries, a daemon thread renews the lease on each member that holds them every
-``lease_s / 3``; a process that dies (a driver killed, a Spark worker gone) stops renewing,
-and the member releases what that process held once the lease ran out, so another consumer
-gets it (counted as ``lease_released`` in the member's queue info).
+deliveries, the process's lease keeper (``actors/queue_lease.py``, a daemon thread) renews
+the lease on each member that holds them every ``lease_s / 3``; a process that dies (a
+driver killed, a Spark worker gone) stops renewing, and the member releases what that
+process held once the lease ran out, so another consumer gets it (counted as
+``lease_released`` in the member's queue info).
 
 Errors are the work queue's own, re-raised unwrapped: QueueNotPrimary (a minority),
 QueueOutcomeUnknown, QueueFull, NoSuchQueue, StaleEpoch, NotAcquired, AcquireTimeout,
@@ -60,13 +62,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
-import uuid
 from typing import Any, Optional
 
 from raygroups.stack.workqueue import AcquireTimeout, QueueOutcomeUnknown, WorkQueueConfig
 
+from . import queue_lease
+from .queue_lease import CLIENT
 from .queue_owed import Owed, owes_again
 
 CALL_TIMEOUT_S = 60.0
@@ -74,127 +76,8 @@ LEASE_S = 30.0
 """Default lease of a process's acquisitions (renewed every third of it while it lives)."""
 LEASE_BOUNDS_S = (0.5, 3600.0)
 """A member clamps the lease a client asks for to this range."""
-CLIENT = uuid.uuid4().hex
-"""This process's consumer id: its acquisitions live as long as it renews them."""
 
 log = logging.getLogger("raygroups.queue")
-
-
-class _Renewer:
-    """The process's lease keeper: counts the deliveries it holds per (group, member) and,
-    while any are held, renews the lease on those members from a daemon thread; a second
-    daemon thread settles again, at the same cadence, what the handles owe
-    (``queue_owed.Owed``), so that a settle waiting on an unreachable member never delays a
-    renewal."""
-
-    def __init__(self):
-        self.lock = threading.Lock()
-        self.held: dict = {}     # (cluster, namespace, member) -> [group, count, lease_s]
-        self.owed: dict = {}     # id(Owed) -> [Owed, lease_s] while it owes something
-        self.thread: Optional[threading.Thread] = None        # renews
-        self.owed_thread: Optional[threading.Thread] = None   # settles again
-        self.wake = threading.Event()
-        self.owed_wake = threading.Event()
-
-    def _start(self, attr: str) -> None:
-        """With the lock held: the thread ``attr`` ("thread", "owed_thread"), unless it runs."""
-        t = getattr(self, attr)
-        if t is None or not t.is_alive():
-            step, wake, name = ((self.tick, self.wake, "raygroups-lease") if attr == "thread"
-                                else (self.settle_tick, self.owed_wake, "raygroups-owed"))
-            t = threading.Thread(target=self._run, args=(attr, step, wake), name=name,
-                                 kwargs={"wait": self._next_settle() if attr == "owed_thread"
-                                         else 0.0}, daemon=True)
-            setattr(self, attr, t)
-            t.start()
-
-    def add(self, group: Any, member: str, n: int, lease_s: float) -> None:
-        if n <= 0:
-            return
-        key = (group.cluster, group.namespace, member)
-        with self.lock:
-            entry = self.held.setdefault(key, [group, 0, lease_s])
-            entry[1] += n
-            entry[2] = min(entry[2], lease_s)
-            self._start("thread")
-        self.wake.set()
-
-    def done(self, group: Any, member: str, n: int) -> None:
-        if n <= 0:
-            return
-        key = (group.cluster, group.namespace, member)
-        with self.lock:
-            entry = self.held.get(key)
-            if entry is not None:
-                entry[1] -= n
-                if entry[1] <= 0:
-                    del self.held[key]
-
-    def watch(self, owed: Owed, lease_s: float) -> None:
-        """Settle ``owed`` again at each tick while it owes something."""
-        with self.lock:
-            entry = self.owed.setdefault(id(owed), [owed, lease_s])
-            entry[1] = min(entry[1], lease_s)
-            self._start("owed_thread")  # a tick from now, not at once: the member just refused
-
-    def tick(self) -> Optional[float]:
-        """Renew the leases; seconds to the next tick (None: nothing held). Raises
-        SystemExit when Ray shuts down in this process."""
-        with self.lock:
-            todo = [(k[2], e[0], e[2]) for k, e in self.held.items()]
-        for member, group, lease_s in todo:
-            try:
-                group._call("queue_renew", CLIENT, lease_s, member=member,
-                            timeout=max(1.0, lease_s / 3))
-            except SystemExit:
-                raise
-            except Exception as e:  # noqa: BLE001 - the member is gone or slow: its
-                log.debug("lease renewal at %s failed: %s", member, e)  # deliveries are
-        return min(lease for _m, _g, lease in todo) / 3 if todo else None  # requeued anyway
-
-    def settle_tick(self) -> Optional[float]:
-        """Settle again what the handles owe; seconds to the next tick (None: nothing
-        owed). Raises SystemExit when Ray shuts down in this process."""
-        with self.lock:
-            books = [tuple(e) for e in self.owed.values()]
-        for owed, _lease_s in books:
-            try:
-                owed.settle()
-            except SystemExit:
-                raise
-            except Exception as e:  # noqa: BLE001 - the group is gone for now: next tick
-                log.debug("settling again at %s failed: %s", owed.queue, e)
-            with self.lock:
-                if not len(owed):
-                    self.owed.pop(id(owed), None)
-        return min(lease for _o, lease in books) / 3 if books else None
-
-    def _next_settle(self) -> float:
-        """With the lock held: seconds to the settling thread's first tick."""
-        return min((lease for _o, lease in self.owed.values()), default=15.0) / 3
-
-    def _run(self, attr: str, step: Any, wake: threading.Event, wait: float = 0.0) -> None:
-        """``step`` every time it says (5 s when it has nothing to do), after ``wait``."""
-        import ray
-        while True:
-            if wait:
-                wake.wait(wait)
-                wake.clear()
-            try:
-                if not ray.is_initialized():
-                    # the process shut Ray down: a call now would start Ray again (Ray's
-                    # auto-init) and connect a process that is done with it
-                    raise SystemExit
-                wait = step()
-            except SystemExit:  # Ray shuts down in this process: nothing to renew or settle
-                with self.lock:
-                    (self.held if attr == "thread" else self.owed).clear()
-                    setattr(self, attr, None)
-                return
-            wait = 5.0 if wait is None else wait
-
-
-_RENEWER = _Renewer()
 
 
 def _ids(published: tuple) -> list:
@@ -263,8 +146,8 @@ class WorkQueueHandle:
         self._limits = (max_depth, max_bytes)
         self._owed = _owed if _owed is not None else Owed(
             group, name, self._settle_tokens, self._settle_keys_at,
-            released=lambda m, n: _RENEWER.done(group, m, n),
-            owing=lambda owed: _RENEWER.watch(owed, lease_s))
+            released=lambda m, n: queue_lease.KEEPER.done(group, m, n),
+            owing=lambda owed: queue_lease.KEEPER.watch(owed, lease_s))
         if create:
             policy = {k: v for k, v in (("overflow", overflow), ("ttl_s", ttl_s))
                       if v is not None}  # only when set: a member of an older build
@@ -379,7 +262,7 @@ class WorkQueueHandle:
     def _leased(self, got: dict) -> list:
         """The deliveries of a member's answer, leased to this process."""
         out = self._deliveries(got)
-        _RENEWER.add(self.group, got["member"], len(out), self.lease_s)
+        queue_lease.KEEPER.add(self.group, got["member"], len(out), self.lease_s)
         return out
 
     # -- settling -------------------------------------------------------------------------
@@ -425,7 +308,7 @@ class WorkQueueHandle:
         those owed (``owe``)."""
         again = [d for d, e in zip(ds, errs) if owes_again(e)] if owe else []
         self._owed.add_deliveries(member, op, again)  # those it does not keep: released
-        _RENEWER.done(self.group, member, len(ds) - len(again))
+        queue_lease.KEEPER.done(self.group, member, len(ds) - len(again))
 
     def _settle_at(self, member: str, queue: str, op: str, ds: list, owe: bool,
                    timeout: float = CALL_TIMEOUT_S) -> list:

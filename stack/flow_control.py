@@ -36,7 +36,10 @@ the cumulative total. A receiver's totals restart only with a new ``epoch`` (whe
 a sender); senders add the reported increase to their account and clamp it to what they
 sent, so any over-report (messages a receiver counted that the sender did not charge, e.g.
 sent just before a view change) tops an account up to at most ``max_credits``. Members that
-leave the view stop counting; new members start with full credit.
+leave the view stop counting; new members start with full credit. Unicasts waiting for a
+member that leaves go on at the view change, uncharged, as a new send to a non-member does
+(UNICAST closes its connection to a departed member after ``conn_expiry_s``), counted as
+``unicasts_to_departed``.
 
 What is charged: messages without INTERNAL or NO_RELIABILITY, by payload size (bytes-like
 and str payloads by length, other payloads 64 bytes). Both sides count the same rule.
@@ -268,7 +271,10 @@ class FlowControl(Layer):
             if q is None:
                 continue
             if ok:
+                n = len(q)
                 ok = self._drain_one(q)
+                if dest not in self.accounts:  # it left the view: they went on uncharged
+                    self.stats["unicasts_to_departed"] += n - len(q)
             if not q:
                 del uq[dest]
                 self.above.up_event(Writable(self.name, True, dest))
@@ -540,7 +546,7 @@ class FlowControl(Layer):
         if t is ViewChange:
             self._view(ev.view)
         elif t is Writable:
-            if ev.writable and self.queue:
+            if ev.writable and (self.queue or self.uqueues):
                 self._drain()  # e.g. a flush ended: retry what it refused
             return self.above.up_event(ev)  # back-pressure is never held
         if self.held:
@@ -561,7 +567,7 @@ class FlowControl(Layer):
         if len(recv) > 2 * len(members) + 64:  # forget departed senders (new epoch if back)
             keep = set(members)
             self.recv = {s: r for s, r in recv.items() if s in keep or r.mheld or r.uheld}
-        if self.queue:
+        if self.queue or self.uqueues:  # accounts changed: either kind may fit now
             self._drain()
 
     # -- introspection ------------------------------------------------------------------

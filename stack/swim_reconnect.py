@@ -31,18 +31,22 @@ class Throttle:
 
     def __init__(self, keep: int):
         self.keep = keep
-        self.last: OrderedDict = OrderedDict()
+        self._last: OrderedDict = OrderedDict()
 
     def may(self, addr: Any, now: float, every_s: float) -> bool:
         """True (and noted) unless ``addr`` was acted on less than ``every_s`` ago."""
-        last = self.last.get(addr)
+        last = self._last.get(addr)
         if last is not None and now - last < every_s:
             return False
-        self.last.pop(addr, None)
-        self.last[addr] = now
-        if len(self.last) > self.keep:
-            self.last.popitem(last=False)
+        self._last.pop(addr, None)
+        self._last[addr] = now
+        if len(self._last) > self.keep:
+            self._last.popitem(last=False)
         return True
+
+    def forget(self, addr: Any) -> None:
+        """``addr`` was never acted on: the next ``may`` for it is True."""
+        self._last.pop(addr, None)
 
 
 class DeadMembers:
@@ -65,7 +69,7 @@ class DeadMembers:
 
     def forget(self, addr: Any) -> None:
         self.entries.pop(addr, None)
-        self.told.last.pop(addr, None)
+        self.told.forget(addr)
 
     def phys(self, addr: Any) -> Optional[tuple]:
         entry = self.entries.get(addr)

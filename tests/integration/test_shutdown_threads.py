@@ -17,18 +17,18 @@ import ray
 ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False, num_cpus=1,
          log_to_driver=False, configure_logging=False, logging_level="WARNING")
 from raygroups.actors import Group
-from raygroups.actors import queue as queues
+from raygroups.actors import queue_lease
 g = Group.launch("t-shutdown-%d" % os.getpid(), members=1, detached=False, http=False,
                  metrics_interval_s=0, timeout=60)
 q = g.queue("jobs", lease_s=6.0)  # renewed every 2 s: asleep when Ray goes
 q.publish(b"x")
 held = q.acquire(timeout_s=30)          # held under a lease: the renewer thread runs
-renewing = queues._RENEWER.thread is not None and queues._RENEWER.thread.is_alive()
+renewing = queue_lease.KEEPER.thread is not None and queue_lease.KEEPER.thread.is_alive()
 time.sleep(0.5)                         # its first renewal done: it sleeps when Ray goes
 ray.shutdown()
 time.sleep(5.0)                         # two renewal periods
 print(json.dumps({"renewing": renewing, "ray_again": ray.is_initialized(),
-                  "thread_left": queues._RENEWER.thread is not None}))
+                  "thread_left": queue_lease.KEEPER.thread is not None}))
 """
 
 

@@ -80,10 +80,10 @@ def deliveries(h: WorkQueueHandle, member: str, *ks) -> list:
 
 class QuietRenewer:
     """A lease keeper without its threads (``tick()``, ``settle_tick()`` by hand): monkeypatched in as
-    ``raygroups.actors.queue._RENEWER``."""
+    ``raygroups.actors.queue_lease.KEEPER``."""
 
     def __new__(cls):
-        from raygroups.actors.queue import _Renewer
-        r = _Renewer()
+        from raygroups.actors.queue_lease import LeaseKeeper
+        r = LeaseKeeper()
         r._start = lambda attr: None
         return r

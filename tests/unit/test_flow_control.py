@@ -441,20 +441,28 @@ def test_credit_request_is_answered_with_the_cumulative_total():
     assert m.headers[HEADER][2] == 3 * K
 
 
+class Refused(RaygroupsError):
+    pass
+
+
+def refusing(s):
+    """Make the layer below ``s`` refuse what comes down (e.g. GMS during a flush) while
+    ``refuse["on"]``; returns (what it took since, refuse)."""
+    sent, refuse = [], {"on": True}
+
+    def down(m):
+        if refuse["on"]:
+            raise Refused()
+        sent.append(m)
+    s.below.down = down
+    return sent, refuse
+
+
 def test_a_refused_fragment_waits_here_a_refused_message_raises():
     g = Group("AB")
     g.view("AB")
     a = g["A"]
-    sent, refuse = [], {"on": True}
-
-    class Refused(RaygroupsError):
-        pass
-
-    def down(m):  # a layer below refusing for now (e.g. GMS during a flush)
-        if refuse["on"]:
-            raise Refused()
-        sent.append(m)
-    a.below.down = down
+    sent, refuse = refusing(a)
     with pytest.raises(Refused):  # a whole message: the application sees the error
         a.down(Message(None, b"w" * K))
     a.layer.down(Message(None, b"f" * K, 0, {FRAG: [0, 1, 2]}))  # a continuation: kept
@@ -510,3 +518,42 @@ def test_the_stack_tracks_writability_per_destination():
     st.note(Writable("flow_control", True))
     st.note(Writable("flow_control", True, b))
     assert st.writable_to(b) and st.writable
+
+
+def test_unicasts_waiting_for_a_member_that_leaves_go_on_at_the_view_change():
+    """C stops crediting A's unicasts, and some wait; C leaves the view: they go on at once,
+    uncharged (as a new send to a non-member does; UNICAST expires the connection), counted,
+    and sends to C no longer wait. Not at the next CREDIT_REQUEST tick, and not forever."""
+    g = Group("ABC")
+    g.view("ABC")
+    g.drop = lambda m: m.dest == g["C"].local  # C credits none of A's unicasts
+    for k in range(12):
+        g.send("A", k, dest="C")
+    a = g["A"]
+    assert len(a.layer.uqueues[g["C"].local]) == 2 and not writable(a, g["C"].local)
+    n = len(a.below.sent)
+    g.view("AB")  # C leaves
+    assert not a.layer.uqueues and writable(a, g["C"].local)
+    assert [m.dest for m in a.below.sent[n:]] == [g["C"].local] * 2
+    assert a.layer.stats["unicasts_to_departed"] == 2 and a.layer.queued_bytes == 0
+    assert a.layer.block_timer is None  # nothing waits: no CREDIT_REQUEST tick left
+
+
+def test_unicasts_refused_below_are_retried_when_the_flush_ends():
+    """A layer below refused the drain of a destination's unicasts (a flush): when it ends
+    they go at once, like multicasts, not at the next CREDIT_REQUEST tick."""
+    g = Group("AB")
+    g.view("AB")
+    g.drop = lambda m: True
+    for k in range(11):
+        g.send("A", k, dest="B")
+    a = g["A"]
+    assert len(a.layer.uqueues[g["B"].local]) == 1
+    sent, refuse = refusing(a)
+    a.up(Message(a.local, b"", FC_CONTROL, {HEADER: [CREDIT, 9, 5 * K, 0, 5 * K]},
+                 g["B"].local))  # credit came back, the drain is refused
+    assert len(a.layer.uqueues[g["B"].local]) == 1 and a.layer.stats["drain_refused"] == 1
+    refuse["on"] = False
+    a.layer.up_event(Writable("flush", True))  # the flush ended: retried
+    assert len(sent) == 1 and sent[0].dest == g["B"].local
+    assert not a.layer.uqueues and writable(a, g["B"].local)

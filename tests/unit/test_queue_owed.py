@@ -6,7 +6,7 @@ the group, dropped once it is not, and at most ``limit`` are kept (the rest coun
 member's "not held" answer leaves nothing owed."""
 import pytest
 
-from raygroups.actors import queue as queue_mod
+from raygroups.actors import queue_lease
 from raygroups.stack.errors import GroupClosed
 from raygroups.stack.workqueue import NotAcquired, QueueNotPrimary
 
@@ -16,7 +16,7 @@ from .fake_queue_group import FakeGroup, FakeMember, QuietRenewer, deliveries, h
 @pytest.fixture(autouse=True)
 def renewer(monkeypatch):
     r = QuietRenewer()
-    monkeypatch.setattr(queue_mod, "_RENEWER", r)
+    monkeypatch.setattr(queue_lease, "KEEPER", r)
     return r
 
 
@@ -130,7 +130,7 @@ def test_the_settling_thread_stops_without_a_call_once_ray_is_down():
     """Ray is not initialized here: the thread's loop ends at once, never calling (a call
     would start Ray again), and forgets what it was to settle."""
     import threading
-    r = queue_mod._Renewer()
+    r = queue_lease.LeaseKeeper()
     r.owed[1] = [object(), 30.0]
     r.owed_thread = threading.current_thread()
 

@@ -8,7 +8,7 @@ with long holds: a refused accept left 20 jobs held by their member, leased to t
 still-running pipeline, and its queue never drained."""
 import pytest
 
-from raygroups.actors import queue as queue_mod
+from raygroups.actors import queue_lease
 from raygroups.integration.queue_source import QueueBatch, QueueSource
 from raygroups.stack.errors import GroupClosed
 from raygroups.stack.workqueue import QueueNotPrimary, QueueOutcomeUnknown, StaleEpoch
@@ -19,7 +19,7 @@ from .fake_queue_group import FakeGroup, FakeMember, QuietRenewer, deliveries, h
 @pytest.fixture(autouse=True)
 def renewer(monkeypatch):
     r = QuietRenewer()
-    monkeypatch.setattr(queue_mod, "_RENEWER", r)
+    monkeypatch.setattr(queue_lease, "KEEPER", r)
     return r
 
 

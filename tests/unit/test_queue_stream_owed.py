@@ -10,7 +10,7 @@ by the member, leased to the running stream, for as long as the stream lives: th
 campaign across Ray hosts found in the micro-batch source (test_queue_source_settle.py)."""
 import pytest
 
-from raygroups.actors import queue as queue_mod
+from raygroups.actors import queue_lease
 from raygroups.integration.queue_stream import QueueStream
 from raygroups.stack.errors import GroupClosed
 
@@ -20,7 +20,7 @@ from .fake_queue_group import FakeGroup, FakeMember, QuietRenewer, handle
 @pytest.fixture(autouse=True)
 def renewer(monkeypatch):
     r = QuietRenewer()
-    monkeypatch.setattr(queue_mod, "_RENEWER", r)
+    monkeypatch.setattr(queue_lease, "KEEPER", r)
     return r
 
 
