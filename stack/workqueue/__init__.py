@@ -12,12 +12,13 @@ ordered, virtually synchronous delivery, so every member holds the same queues.
   real Channel (asyncio)
 """
 from .config import WorkQueueConfig
-from .errors import (AcquireTimeout, NoSuchQueue, NotAcquired, QueueClosed, QueueError,
-                     QueueFull, QueueNotPrimary, QueueOutcomeUnknown, QueueUnsupported,
-                     StaleEpoch)
+from .errors import (AcquireTimeout, NoSuchQueue, NotAcquired, QueueArbitrator, QueueClosed,
+                     QueueError, QueueFull, QueueNotPrimary, QueueOutcomeUnknown,
+                     QueueUnsupported, StaleEpoch)
 from .replica import Delivery, Phase, Replica, Request
 from .state import QueueState
 
-__all__ = ["AcquireTimeout", "Delivery", "NoSuchQueue", "NotAcquired", "Phase", "QueueClosed",
+__all__ = ["AcquireTimeout", "Delivery", "NoSuchQueue", "NotAcquired", "Phase",
+           "QueueArbitrator", "QueueClosed",
            "QueueError", "QueueFull", "QueueNotPrimary", "QueueOutcomeUnknown", "QueueState",
            "QueueUnsupported", "Replica", "Request", "StaleEpoch", "WorkQueueConfig"]

@@ -60,6 +60,14 @@ class WorkQueueConfig:
     the lifecycle (each does once per view, right after it); then it fails with
     QueueUnsupported, as it does while an older build is in the view (a rolling upgrade).
     0: fail at once."""
+    arbitrator: bool = False
+    """This member is an arbitrator (Galera's garbd): it takes part in every view's vote and
+    in the epochs' majorities, and holds no queue, so that two data members (or two zones)
+    plus a light third keep a primary component when one side is lost. Its calls raise
+    QueueArbitrator. Calls complete once a majority of the epoch's other members applied
+    them. Not with the stack's ``primary__tie_breaker="store"`` (the two would decide one
+    split twice; a view holding exactly half of the epoch with an arbitrator is never
+    primary for the queue)."""
     update_chunk_bytes: int = 256 * 1024
     """A stale member's update (a joiner's, or one back from a minority) streams from its
     donor in chunks of about this many bytes of message bodies (the Qpid new-cluster

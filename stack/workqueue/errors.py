@@ -52,5 +52,9 @@ class AcquireTimeout(QueueError, TimeoutError):
     """No message could be acquired within the timeout."""
 
 
+class QueueArbitrator(QueueError):
+    """A queue call on an arbitrator: it votes in the group and holds no queues."""
+
+
 class QueueClosed(QueueError):
     """The service was closed."""

@@ -50,8 +50,9 @@ from .codec import (ACQUIRE, APPLIED, BATCH, CANCEL, CONSUME, CREATE, DECLARE, D
                     DEQUEUE, ENQUEUE, EXPIRE, LEVEL, OWNER_RELEASE, PURGE, REJECT, RELEASE,
                     SNAP, UPDATE, UPDATE_ACK)
 from .config import ACK_LOCAL, WorkQueueConfig
-from .errors import (NoSuchQueue, NotAcquired, QueueClosed, QueueError, QueueFull,
-                     QueueNotPrimary, QueueOutcomeUnknown, QueueUnsupported, StaleEpoch)
+from .errors import (NoSuchQueue, NotAcquired, QueueArbitrator, QueueClosed, QueueError,
+                     QueueFull, QueueNotPrimary, QueueOutcomeUnknown, QueueUnsupported,
+                     StaleEpoch)
 from .state import (FULL, LIFECYCLE_LEVEL, NO_QUEUE, NOT_ACQUIRED, NOT_OWNER, OK, OVERFLOWS,
                     REJECT_PUBLISH, RETRY, STALE_EPOCH, TOO_LARGE, UNSUPPORTED, QueueState)
 from .update import Incoming, Outgoing
@@ -62,10 +63,13 @@ class Phase(enum.Enum):
     NOT_PRIMARY = "not_primary"        # non-primary view, excluded, or no quorum of epochs
     AWAIT_SNAPSHOT = "await_snapshot"  # our state was behind: waiting for the donor's
     ACTIVE = "active"
+    ARBITER = "arbiter"                # an arbitrator in a primary view: votes, holds nothing
     CLOSED = "closed"
 
 
 NEW, SENT, APPLIED_, DONE = range(4)
+ARBITER = -1
+"""An arbitrator's "batches applied" in its queue position: it holds no state."""
 SETTLE_OPS = {"accept": DEQUEUE, "release": RELEASE, "reject": REJECT}
 GATED_KINDS = {"purge": PURGE, "delete": DELETE, "declare": DECLARE}
 """Calls that wait for every member of the epoch to announce the lifecycle's queue level."""
@@ -194,6 +198,7 @@ class Replica:
         self.await_key: Optional[list] = None
         self.held: list = []                  # ordered deliveries while awaiting state
         self.incoming: Optional[Incoming] = None  # the update we load, when stale
+        self.arbs: set = set()                # the arbitrators of the view's exchange
         self.outgoing: Optional[Outgoing] = None  # the update we stream, as a donor
         self.cseq = 0
         self.pseq = 0
@@ -218,7 +223,7 @@ class Replica:
         """What this member announces in a view's state exchange: [epoch, batches applied
         in it, the epoch's members]."""
         s = self.state
-        return [s.epoch, s.applied, list(s.members)]
+        return [s.epoch, ARBITER if self.config.arbitrator else s.applied, list(s.members)]
 
     def on_exchange(self, view_key: list, data: dict) -> None:
         """Every member's announcement ({uid: as ``exchange_data``}) in the state exchange
@@ -265,9 +270,11 @@ class Replica:
                     self._apply(sender, obj)
                 elif self.phase is Phase.AWAIT_SNAPSHOT:
                     self.held.append((sender, obj))
+                elif self.phase is Phase.ARBITER:
+                    self.stats["batches_arbitrated"] += 1  # ordered, not for an arbitrator
                 else:
                     self.stats["batches_refused"] += 1  # refused by every member alike
-            elif kind == APPLIED:
+            elif kind == APPLIED and not self.config.arbitrator:
                 epoch, applied = obj[1], obj[2]
                 # reports go by multicast or unicast, two streams with no order between
                 # them: an older report may come after a newer one and must not undo it
@@ -304,7 +311,8 @@ class Replica:
         it in total order, so all expire the same messages."""
         s = self.state
         now = self.clock()
-        if not s.members or s.members[0] != self.uid or now < self.next_expire:
+        holders = s.holders()
+        if not holders or holders[0] != self.uid or now < self.next_expire:
             return
         self.next_expire = now + self.config.expire_interval_s
         if s.level() >= LIFECYCLE_LEVEL and \
@@ -316,7 +324,7 @@ class Replica:
         """[(dest Address or None, payload bytes, ordered)] to send, in this order."""
         self._seal()
         s = self.state
-        if self.phase is Phase.ACTIVE and len(s.members) > 1 and \
+        if self.phase is Phase.ACTIVE and len(s.holders()) > 1 and \
                 self.reported != (s.epoch, s.applied) and (self.report_to or self.report_all):
             # what we applied, to the members whose batches it includes (they wait for a
             # majority); to everyone when that is everyone or a new epoch began
@@ -398,6 +406,9 @@ class Replica:
         more is on its way). The driver cancels it on timeout with ``cancel``."""
         req = Request("acquire", queue, [], callback)
         req.want, req.many = max(1, int(n)), many
+        if self.config.arbitrator:
+            self._finish(req, error=self._arbitrator())
+            return req
         if self.phase is Phase.NOT_PRIMARY or self.phase is Phase.CLOSED:
             self._finish(req, error=self._not_primary())
             return req
@@ -441,11 +452,16 @@ class Replica:
     def _submit(self, req: Request) -> Request:
         if self.phase is Phase.ACTIVE:
             self._dispatch(req)
+        elif self.config.arbitrator:
+            self._finish(req, error=self._arbitrator())
         elif self.phase in (Phase.AWAIT_SNAPSHOT, Phase.IDLE):
             self.unsent.append(req)
         else:
             self._finish(req, error=self._not_primary())
         return req
+
+    def _arbitrator(self) -> Exception:
+        return QueueArbitrator(f"member {self.local} is an arbitrator: it holds no queues")
 
     def _dispatch(self, req: Request) -> None:
         """Send it, or, for a lifecycle call while a member of the epoch has not announced
@@ -660,7 +676,7 @@ class Replica:
         if not u or self.phase is not Phase.ACTIVE:
             return
         s = self.state
-        members = s.members
+        members = s.holders()
         need = len(members) // 2 + 1
         vals = []
         for m in members:
@@ -753,25 +769,44 @@ class Replica:
     # epochs: reconciliation, snapshots, losing the primary
     # ======================================================================================
     def _reconcile(self, key: list, order: list, positions: dict) -> None:
-        best = max(positions[m][:2] for m in order)
-        donor = next(m for m in order if positions[m][:2] == best)
+        arbs = {m for m in order if positions[m][1] == ARBITER}
+        holders = [m for m in order if m not in arbs]
+        if not holders:
+            self._lose_primary("no member of the view holds the queues (arbitrators only)")
+            return
+        best = max(positions[m][:2] for m in holders)
+        donor = next(m for m in holders if positions[m][:2] == best)
+        if max(positions[m][0] for m in order) > best[0]:
+            # an arbitrator took part in a later epoch than any holder here: its state is
+            # not in this view
+            self.stats["no_quorum"] += 1
+            self._lose_primary("the last epoch's queues are not in the view")
+            return
         best_members = positions[donor][2]
         present = sum(1 for m in best_members if m in set(order))
         pid = self.view.primary_id
         # exactly half of the epoch right before this primary view: primary only by the
         # even-split tie-breaker's lease, the stack's own decision against the same members
         # (the epoch's are the members of its primary view), which no other half can win;
-        # an acknowledged publish reached a majority, so a member of any half has it
-        lease_half = 2 * present == len(best_members) and pid == best[0] + 1
+        # an acknowledged publish reached a majority, so a member of any half has it (of
+        # the holders: not when an arbitrator is one of the half, whose holders may be
+        # fewer than half of the epoch's)
+        lease_half = 2 * present == len(best_members) and pid == best[0] + 1 and not arbs
         if best_members and 2 * present <= len(best_members) and not lease_half:
             # the most advanced state we can see belongs to an epoch most of whose members
             # are missing: another component may have moved on from it
             self.stats["no_quorum"] += 1
             self._lose_primary("no majority of the last epoch's members")
             return
+        self.arbs = arbs
+        if self.config.arbitrator:
+            self.state.begin_epoch(pid, order, arbs)  # an empty state: the epoch, for our votes
+            self.phase, self.acks = Phase.ARBITER, {}
+            return
         if positions[self.uid][:2] == best:
-            self.state.begin_epoch(pid, order)
-            stale = [a for a in self.view.members if positions[a.uid][:2] != best]
+            self.state.begin_epoch(pid, order, arbs)
+            stale = [a for a in self.view.members
+                     if positions[a.uid][:2] != best and a.uid not in arbs]
             if donor == self.uid and stale:
                 self.stats["snapshots_sent"] += len(stale)
                 if self.level >= STREAM_LEVEL:  # sent as each stale member asks
@@ -803,6 +838,7 @@ class Replica:
         self._updated()
 
     def _updated(self) -> None:
+        self.state.set_arbiters(self.arbs)
         self.stats["snapshots_received"] += 1
         self.await_key, self.incoming = None, None
         held, self.held = self.held, []

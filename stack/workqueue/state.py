@@ -282,11 +282,16 @@ class QueueState:
         member that announced nothing is at ``BASE_LEVEL``. Not in snapshots: a snapshot is
         taken as an epoch begins, when nobody announced yet."""
         self._level = BASE_LEVEL  # level(), kept as ``levels`` and ``members`` change
+        self.arbiters: frozenset = frozenset()
+        """The epoch's members that are arbitrators (they vote and hold nothing): not in
+        the level nor in the majorities of applied batches. Set as each epoch begins, from
+        its state exchange, like ``levels`` not in snapshots."""
 
     # -- the epoch ------------------------------------------------------------------------
-    def begin_epoch(self, epoch: int, members: list) -> None:
+    def begin_epoch(self, epoch: int, members: list, arbiters: Any = ()) -> None:
         """A primary view (its reconciliation round completed): members that are not in it
-        lost their acquisitions (requeued), their interest and their ownership."""
+        lost their acquisitions (requeued), their interest and their ownership.
+        ``arbiters``: those of ``members`` that are arbitrators."""
         keep = set(members)
         old_order = self.members
         emit = self.listener
@@ -314,15 +319,21 @@ class QueueState:
         self.epoch = epoch
         self.applied = 0
         self.members = list(members)
+        self.arbiters = frozenset(arbiters)
         self.levels = {}
         self._relevel()
+
+    def holders(self) -> list:
+        """The epoch's members that hold the queues (all but its arbitrators)."""
+        arb = self.arbiters
+        return [m for m in self.members if m not in arb] if arb else self.members
 
     def level(self) -> int:
         """The queue level every member of the epoch announced (the lowest)."""
         return self._level
 
     def _relevel(self) -> None:
-        self._level = min((self.levels.get(m, BASE_LEVEL) for m in self.members),
+        self._level = min((self.levels.get(m, BASE_LEVEL) for m in self.holders()),
                           default=BASE_LEVEL)
 
     def _set_owner(self, q: Queue, owner: Optional[bytes]) -> None:
@@ -657,6 +668,7 @@ class QueueState:
             raise ValueError(f"snapshot version {v}")
         self.epoch, self.applied, self.members, self.next_tok = epoch, applied, members, next_tok
         self.levels = {}
+        self.arbiters = frozenset()
         self._relevel()
         self.queues = {}
         self.touched = set()
@@ -671,11 +683,17 @@ class QueueState:
         self.touched.add(name)
         return q
 
+    def set_arbiters(self, arbiters: Any) -> None:
+        """The epoch's arbitrators, for a state restored from a snapshot (which has none)."""
+        self.arbiters = frozenset(arbiters)
+        self._relevel()
+
     def adopt(self, other: "QueueState") -> None:
         """Take ``other``'s replicated state (a streamed update, assembled apart)."""
         self.epoch, self.applied, self.members = other.epoch, other.applied, other.members
         self.next_tok, self.queues = other.next_tok, other.queues
         self.levels = {}
+        self.arbiters = frozenset()
         self._relevel()
         self.touched = set(self.queues)
 

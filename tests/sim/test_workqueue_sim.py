@@ -167,10 +167,10 @@ def test_work_queue_history(sim_seed):
     assert h.calls["publish_ok"] > 0 and h.calls["accept_ok"] > 0, h.calls
 
 
-def faults(sim, drivers, w, between=lambda: None) -> None:
+def faults(sim, drivers, w, between=lambda: None, ready=lambda d: d.active) -> None:
     """One to three faults under the workload ``w`` (a crash, halves, a member isolated),
     each healed, and every crashed member restarted at the end; ``between()`` runs after
-    each heal."""
+    each heal; ``ready(driver)``: what every member is once it is back (active)."""
     rng = sim.rng
     crashed = []
     for _ in range(rng.randint(1, 3)):
@@ -199,7 +199,7 @@ def faults(sim, drivers, w, between=lambda: None) -> None:
         between()
     for d in crashed:
         d.restart()
-    sim.run_until(lambda: one_view(drivers) and all(d.active for d in drivers), 60,
+    sim.run_until(lambda: one_view(drivers) and all(ready(d) for d in drivers), 60,
                   "one primary view, everyone active, after the last heal")
 
 
