@@ -163,7 +163,13 @@ class Sequencer(Layer):
                     origin, seq = self.ctx.book.get(h[1]), h[2]
                     if type(seq) is not int:
                         raise TypeError
-                    if seq > self.delivered.get(origin, 0):
+                    if m.sender != self.coordinator:
+                        # ordered by a member that is no longer the sequencer, sent late
+                        # (held by flow control past the view change that made another
+                        # member the coordinator): every member drops it alike, in the same
+                        # view, and its origin forwards it to the new sequencer
+                        self.stats["stale_orders"] += 1
+                    elif seq > self.delivered.get(origin, 0):
                         self.delivered[origin] = seq
                         m.sender = origin
                         out.append(m)

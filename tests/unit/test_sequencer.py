@@ -221,6 +221,21 @@ def test_receivers_deliver_as_the_origin_once_in_the_coordinators_order():
     assert s.layer.delivered == {s.c: 3, s.local: 1}
 
 
+def test_an_order_from_a_former_sequencer_is_dropped_and_the_new_one_s_delivered():
+    """A coordinator's ordering multicast held by flow control past a merge that made
+    another member the coordinator goes out in the new view: delivered as it comes, it would
+    sit at another position than the new sequencer's copy of the same message, at members
+    that got the two in another order. Every member drops it, in the same view."""
+    s = make()  # B orders
+    s.up(ordered(s, s.c, 1))
+    install(s, 4, (s.c, s.local, s.b))  # a merge: C is the sequencer now
+    s.up(ordered(s, s.c, 2, coord=s.b))  # B's order of C's 2, late
+    assert [m.payload for m in s.above.messages] == ["C1"]
+    assert s.layer.stats["stale_orders"] == 1
+    s.up(ordered(s, s.c, 2))  # C's own
+    assert [m.payload for m in s.above.messages] == ["C1", "C2"]
+
+
 def test_collect_exchange_reports_the_delivered_counters():
     s = make()
     s.up(ordered(s, s.c, 4))
