@@ -1,7 +1,7 @@
 """SEQUENCER: total order for messages sent with ``ordered=True`` (JGroups SEQUENCER).
 
-A member forwards an ordered message to the coordinator over reliable unicast; the
-coordinator multicasts it (NAKACK: its own FIFO stream), and every member delivers ordered
+A member forwards an ordered message to the coordinator (best effort, resent every
+``resend_interval_s`` until it comes back); the coordinator multicasts it (NAKACK: its own FIFO stream), and every member delivers ordered
 messages in that one stream's order, so all members see them in the same order, FIFO per
 original sender. The forwarder keeps each message until it sees it come back, and forwards
 what is still outstanding to the next coordinator after a view change; duplicates (the old
@@ -14,7 +14,11 @@ interleave differently at different members. Nor while the primary layer's state
 runs (it refuses sends until the new view is known to be primary; the view reaches this
 layer only after it). Forwards that arrive meanwhile wait; the coordinator orders them at
 the next view if it is still the sequencer, or drops them (their senders forward them to
-the new one).
+the new one). An ordering multicast that leaves later all the same (flow control held it
+past a merge that made another member the coordinator) is dropped by every member, its
+sender being no longer its view's coordinator. A member with ``max_outstanding`` messages
+outstanding is not writable (``Writable("sequencer", False)``, so ``Channel.send`` waits)
+until half of them came back.
 """
 from __future__ import annotations
 
@@ -37,8 +41,9 @@ class OrderWindowFull(RaygroupsError):
 @dataclass
 class SequencerConfig:
     max_outstanding: int = 50_000
-    """Forwarded ordered messages not yet seen back; beyond it sends raise
-    OrderWindowFull (the channel waits on writability first)."""
+    """Forwarded ordered messages not yet seen back. At it the member stops being writable
+    (the channel waits) until half came back; a send made regardless raises
+    OrderWindowFull."""
     resend_interval_s: float = 0.1
     """Forwards not seen back within this long are sent to the coordinator again."""
 
@@ -59,6 +64,7 @@ class Sequencer(Layer):
         self.primary_before = False
         self.mark = 0                                # highest seq at the last resend tick
         self.stopped: set = set()                    # "flush", "primary": order nothing
+        self.full = False                            # outstanding at max_outstanding
 
     @property
     def coordinator(self):
@@ -81,6 +87,18 @@ class Sequencer(Layer):
             del self.outstanding[self.seq]
             self.seq -= 1  # and its number is free again: a gap would stall our later ones
             raise
+        self._window()
+
+    def _window(self) -> None:
+        """Not writable at ``max_outstanding`` outstanding, writable again at half."""
+        n, cap = len(self.outstanding), self.config.max_outstanding
+        if not self.full and n >= cap:
+            self.full = True
+            self.stats["window_full"] += 1
+            self.above.up_event(Writable(self.name, False))
+        elif self.full and n <= cap // 2:
+            self.full = False
+            self.above.up_event(Writable(self.name, True))
 
     def _forward(self, seq: int, msg: Message) -> None:
         """To the coordinator of our current view, best effort: we resend what does not
@@ -175,6 +193,7 @@ class Sequencer(Layer):
                         out.append(m)
                         if origin == self.ctx.local:
                             self.outstanding.pop(seq, None)
+                            self._window()
                     else:
                         self.stats["duplicates"] += 1
                 else:
@@ -210,6 +229,7 @@ class Sequencer(Layer):
                     self.malformed()
             for seq in [s for s in self.outstanding if s <= self.delivered.get(self.ctx.local, 0)]:
                 del self.outstanding[seq]  # ordered elsewhere already: done
+            self._window()
             return self.above.up_event(ev)
         if t is ViewChange:
             old = self.coordinator

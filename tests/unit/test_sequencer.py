@@ -3,7 +3,7 @@ primary view, dedup, delivery as the origin, resends, coordinator changes, excha
 import pytest
 
 from raygroups.stack.message import CONTROL, INTERNAL, NO_RELIABILITY, OOB, ORDERED, Message
-from raygroups.stack.events import CollectExchange, ExchangeResult
+from raygroups.stack.events import CollectExchange, ExchangeResult, Writable
 from raygroups.stack.sequencer import (FORWARD, ORDERED_MSG, OrderWindowFull, Sequencer,
                                        SequencerConfig)
 from raygroups.stack.view import View, ViewChange, ViewId
@@ -84,6 +84,21 @@ def test_order_window_full_raises():
     with pytest.raises(OrderWindowFull):
         s.down(Message(None, 3, ORDERED))
     assert list(s.layer.outstanding) == [1, 2]
+
+
+def test_a_full_order_window_makes_the_member_unwritable_until_half_came_back():
+    s = make(max_outstanding=4)
+    for k in range(1, 4):
+        s.down(Message(None, k, ORDERED))
+    assert not s.above.events_of(Writable)
+    s.down(Message(None, 4, ORDERED))
+    assert [(e.layer, e.writable) for e in s.above.events_of(Writable)] == \
+        [("sequencer", False)]
+    s.up(ordered(s, s.local, 1, 1))
+    assert len(s.above.events_of(Writable)) == 1  # 3 outstanding: more than half
+    s.up(ordered(s, s.local, 2, 2))
+    assert [(e.layer, e.writable) for e in s.above.events_of(Writable)] == \
+        [("sequencer", False), ("sequencer", True)]
 
 
 def test_outstanding_forwards_are_resent_after_a_whole_interval_in_a_primary_view():
