@@ -267,6 +267,7 @@ class Journal:
         self._lock = threading.Lock()      # append <-> sync: pending, numbers, failure
         self._io = threading.Lock()        # sync, compaction, close: the segment files
         self._snap_lock = threading.Lock()  # one write_snapshot at a time
+        self._stats_lock = threading.Lock()  # the sync and the snapshot threads both count
         self._pending: List[bytes] = []
         self._unsynced = 0                 # bytes pending or being synced (+8 per record)
         self._next = 1
@@ -294,6 +295,11 @@ class Journal:
     def unsynced_bytes(self) -> int:
         return self._unsynced
 
+    def _count(self, **kw: int) -> None:
+        with self._stats_lock:
+            for k, v in kw.items():
+                setattr(self.stats, k, getattr(self.stats, k) + v)
+
     # -- open / close --------------------------------------------------------------------
     def _path(self, name: str) -> str:
         return os.path.join(self.directory, name)
@@ -305,7 +311,7 @@ class Journal:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            self.stats.fsyncs += 1
+            self._count(fsyncs=1)
 
     def open(self) -> Recovered:
         """Recover (see the module's docstring) and get ready to append after the last
@@ -336,6 +342,7 @@ class Journal:
 
     def _recover(self) -> Recovered:
         rec = Recovered()
+        self._failed, self._pending, self._unsynced = None, [], 0   # a reopen starts afresh
         names = sorted(os.listdir(self.directory))
         changed = False
         for name in names:
@@ -414,7 +421,7 @@ class Journal:
                     os.ftruncate(fd, end)
                 if self.config.fsync:
                     os.fsync(fd)
-                    self.stats.fsyncs += 1
+                    self._count(fsyncs=1)
             except OSError as e:
                 raise _io_error(e, f"recovery could not make {path} durable") from e
             finally:
@@ -497,7 +504,7 @@ class Journal:
                 self._write(batch, first)
                 if self.config.fsync:
                     os.fdatasync(self._fd)
-                    self.stats.fsyncs += 1
+                    self._count(fsyncs=1)
             except OSError as e:
                 with self._lock:
                     self._failed = _io_error(
@@ -516,7 +523,7 @@ class Journal:
         mv = memoryview(data)
         while mv:
             mv = mv[os.write(fd, mv):]
-        self.stats.bytes_written += len(data)
+        self._count(bytes_written=len(data))
 
     def _write(self, batch: List[bytes], number: int) -> None:
         parts: List[bytes] = []
@@ -549,7 +556,7 @@ class Journal:
         segment exists only once the earlier ones are wholly on disk."""
         if self.config.fsync:
             os.fdatasync(self._fd)
-            self.stats.fsyncs += 1
+            self._count(fsyncs=1)
         os.close(self._fd)
         self._fd = -1
         self._new_segment(first)
@@ -564,7 +571,7 @@ class Journal:
             self._write_all(fd, head)
             if self.config.fsync:
                 os.fdatasync(fd)
-                self.stats.fsyncs += 1
+                self._count(fsyncs=1)
             self._fsync_dir()
         except BaseException:
             os.close(fd)
@@ -608,7 +615,7 @@ class Journal:
                     self._write_all(fd, U32.pack(zlib.crc32(tail, i & MASK)) + tail)
                     if self.config.fsync:
                         os.fsync(fd)
-                        self.stats.fsyncs += 1
+                        self._count(fsyncs=1)
                 finally:
                     os.close(fd)
                 os.replace(tmp, final)

@@ -124,6 +124,21 @@ def test_compaction_keeps_only_what_follows_the_snapshot(tmp_path):
     j.close()
 
 
+def test_a_snapshot_alone_recovers_and_numbers_go_on_after_it(tmp_path):
+    fill(tmp_path, 30)
+    j, _ = reopen(tmp_path)
+    j.write_snapshot([b"only"], 30)
+    j.close()
+    for s in segments(tmp_path):
+        os.unlink(tmp_path / s)
+    j, rec = reopen(tmp_path)
+    assert (rec.snapshot_upto, rec.last, rec.snapshot_bytes()) == (30, 30, b"only")
+    assert list(rec.records()) == [] and j.append(b"x") == 31 and j.sync() == 31
+    j.close()
+    _, rec = reopen(tmp_path)
+    assert list(rec.records()) == [(31, b"x")]
+
+
 def test_a_failed_snapshot_leaves_no_file_and_the_journal_usable(tmp_path):
     fill(tmp_path, 10)
     j, _ = reopen(tmp_path)
@@ -367,8 +382,8 @@ def test_a_failed_fsync_is_not_retried_the_journal_refuses_until_reopened(tmp_pa
     with pytest.raises(JournalFailed):
         j.sync()
     j.close()
-    j, rec = reopen(tmp_path, cfg=JournalConfig())
-    assert rec.last >= 1 and j.append(b"d") == rec.last + 1
+    rec = j.open()                        # the same object, reopened: usable again
+    assert rec.last >= 1 and j.append(b"d") == rec.last + 1 and j.sync() == rec.last + 1
     j.close()
 
 
