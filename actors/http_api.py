@@ -205,7 +205,8 @@ class HttpApi:
         info = m.state_info()
         return _json({"member": {k: info[k] for k in (
                           "name", "cluster", "uuid", "address", "node_id", "state", "view_id",
-                          "view_size", "coordinator", "pid", "restarts", "paused_until")},
+                          "view_size", "coordinator", "pid", "restarts", "paused_until",
+                          "role")},
                       "members": info["members"],
                       "views": m.view_history()[-50:][::-1],
                       "suspected": info["suspected"],
