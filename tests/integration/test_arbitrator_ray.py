@@ -49,6 +49,16 @@ def test_two_data_members_and_the_arbitrator_keep_the_queue_when_one_is_killed(r
         if arbitrator:
             [arb] = arbs
             assert g.info(arb)["role"] == "arbitrator"
+            import ray
+            specs = {n: ray.get(g._handle(n).spec_of.remote()) for n in g.member_names()}
+            assert specs[arb].extra["workqueue"] == {"arbitrator": True}
+            assert all("workqueue" not in specs[n].extra for n in data)
+            # the first primary needs a majority of the three (the arbitrator counts)
+            assert {s.config.primary.expected_size for s in specs.values()} == {3}
+            # a second launch attaches to the same three (stable names), starting none
+            again = Group.launch(g.cluster, members=2, timeout=WAIT_S, metrics_interval_s=0,
+                                 arbitrator=True)
+            assert again.member_names() == g.member_names() and again.arbitrators() == [arb]
             with pytest.raises(QueueArbitrator):  # it holds no queue: every call says so
                 g.queues(member=arb)
             with pytest.raises(QueueArbitrator):
