@@ -6,7 +6,9 @@
     up CLUSTER         launch (or attach to) the group's member actors: one per node by
                        default; --members N in all; --this-node: only this node's (cluster.yaml);
                        --bootstrap FILE: the members a bootstrap file lists, in its order;
-                       --membership gossip: SWIM's eventually consistent list (Serf-like)
+                       --membership gossip: SWIM's eventually consistent list (Serf-like);
+                       --arbitrator: one more member that votes and holds no queue (Galera's
+                       garbd), on a node without data members when there is one
     down CLUSTER       every member leaves, then its actor is killed
     members CLUSTER    the view's members, a table or --json
     views CLUSTER      the view history; --follow: then every new view as it is installed
@@ -124,6 +126,14 @@ def _table(rows: list, cols: list) -> str:
 
 # -- commands -----------------------------------------------------------------------------
 def cmd_up(args: argparse.Namespace) -> int:
+    if args.arbitrator:
+        from .placement import check_arbitrator
+        try:
+            check_arbitrator(None, None, args.membership, args.bootstrap, args.this_node,
+                             not args.no_wait)
+        except ValueError as e:
+            _err(f"raygroups up: {e}")
+            return 2
     connect(args)
     import secrets
 
@@ -147,7 +157,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                      ray_signal=not args.no_ray_signal, this_node=args.this_node,
                      timeout=args.timeout, follow_nodes=args.follow_nodes, wait=wait,
                      insecure=args.insecure, bootstrap=args.bootstrap,
-                     membership=args.membership,
+                     membership=args.membership, arbitrator=args.arbitrator,
                      progress=lambda s: _err(f"  {s}"))
     if not wait:
         path = token_file(args)
@@ -163,7 +173,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     write_secret(path, g.http_token())
     out = {"cluster": args.cluster, "view_id": [view.view_id.coord.name, view.view_id.id],
            "members": [m.name for m in view.members], "status_pages": urls,
-           "token_file": path, "seconds": round(time.monotonic() - t0, 2)}
+           "token_file": path, "seconds": round(time.monotonic() - t0, 2),
+           "arbitrators": g.arbitrators()}
     if args.json:
         print(json.dumps(out))
     else:
@@ -256,7 +267,9 @@ def cmd_members(args: argparse.Namespace) -> int:
         for m in ms:
             m["uuid"] = m["uuid_text"]
             m["node"] = (m.get("node_id") or "")[:8] or None
-            m["role"] = "coordinator" if m.get("coordinator") else ""
+            m["role"] = ", ".join(r for r in ("coordinator" if m.get("coordinator") else "",
+                                              "arbitrator" if m.get("role") == "arbitrator"
+                                              else "") if r)
         print(_table(ms, ["name", "uuid", "address", "node", "state", "recovery", "role",
                           "http_url"]))
     return 0
@@ -458,6 +471,9 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--insecure", action="store_true",
                     help="no group key: unauthenticated, unencrypted packets (default: a "
                          "random key, AES-GCM, handed to the members through Ray)")
+    up.add_argument("--arbitrator", action="store_true",
+                    help="one more member that votes in the group's majorities and holds no "
+                         "queue (Galera's garbd), placed on a node without data members")
     up.add_argument("--no-ray-signal", action="store_true",
                     help="do not use Ray as a second failure signal")
     up.add_argument("--timeout", type=float, default=120.0)

@@ -32,6 +32,7 @@ view id, so none is repeated and, between members that installed them, none is s
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 import time
 from dataclasses import replace
@@ -53,8 +54,9 @@ from .errors import (GroupClosed, JoinRejected, JoinTimeout, NoSuchGroup, NotMem
 from .http_api import AUTH_MODES
 from .group_key import delete_ring, member_ring, read_ring, ring_ids, write_ring
 from .member import MemberActor, MemberSpec
-from .placement import (DEFAULT_PORT, NAMESPACE, actor_name, alive_nodes, bootstrap_slots,
-                        is_loopback, member_of, plan, stack_config)
+from .placement import (DEFAULT_PORT, NAMESPACE, actor_name, alive_nodes, arbitrator_slot,
+                        bootstrap_slots, check_arbitrator, is_arbitrator, is_loopback,
+                        member_of, plan, stack_config)
 from .publisher import Publisher
 from .subscription import Subscription
 
@@ -63,6 +65,7 @@ CALL_TIMEOUT_S = 60.0
 GONE = (RayActorError, ActorUnschedulableError)
 _REFRESH = object()  # _route: look the group up again before the next call
 _remote_cls = None
+log = logging.getLogger("raygroups.group")
 
 
 def _member_class():
@@ -155,7 +158,7 @@ class Group:
                metrics_interval_s: float = 5.0, follow_nodes: bool = False,
                wait: bool = True, cluster_key: Any = None, insecure: bool = False,
                bootstrap: Any = None, membership: str = "views",
-               runtime_env: Optional[dict] = None,
+               runtime_env: Optional[dict] = None, arbitrator: bool = False,
                progress: Optional[Callable[[str], None]] = None) -> "Group":
         """Start the group's member actors (or attach to those that exist) and wait until
         they agree on one view.
@@ -200,6 +203,17 @@ class Group:
         ``membership="gossip"``: SWIM's eventually consistent member list instead of agreed
         views (Serf-like, for large groups; no primary component, no ordered multicast, no
         work queue): the members "agree" once each lists every member launched.
+        ``arbitrator``: one more member that votes in the group's majorities and holds no
+        queue (Galera's arbitrator, garbd; ``WorkQueueConfig.arbitrator``), named
+        ``<node label>-arbitrator`` and placed on a live node that holds no data member of
+        the group, else (with a warning) on the one that holds the fewest
+        (``placement.arbitrator_slot``); it counts in the first primary's
+        ``primary__expected_size``. Two data members (or two zones) and the arbitrator keep
+        a primary component when one of them is lost. Queue calls through the handle never
+        go to it; ``members()`` shows its ``"role": "arbitrator"``. Not with the stack's
+        ``primary__tie_breaker="store"`` (the two would decide one split twice), gossip
+        membership (no primary component), a bootstrap file, ``this_node`` or
+        ``wait=False``; the node follower (``follow_nodes``) launches data members only.
         Raises JoinTimeout when the members do not agree within ``timeout`` s, and
         JoinRejected (after removing the refused members it started) when the group refuses
         their settings (``GmsConfig.agreed``: ``stack_options={"gms__agreed": {...}}``)."""
@@ -220,6 +234,8 @@ class Group:
             raise ValueError(f"http_auth must be one of {AUTH_MODES}, not {http_auth!r}")
         if http_tls is not None and len(http_tls) != 2:
             raise ValueError("http_tls is (certfile, keyfile)")
+        if arbitrator:
+            check_arbitrator(config, stack_options, membership, bootstrap, this_node, wait)
         if not ray.is_initialized():
             ray.init()
         stored = _stored_ring(namespace, cluster)
@@ -260,6 +276,8 @@ class Group:
             every = bootstrap_slots(nodes, boot.load().entries)
         else:
             every = g._keep_names(plan(nodes, members_per_node, members))
+        if arbitrator:
+            every = every + [g._arbitrator_slot(nodes, every, progress)]
         slots = [s for s in every if here is None or s.node_id == here]
         if not slots:
             raise RuntimeError("no member slot on this node")
@@ -339,7 +357,9 @@ class Group:
                               http_tls=tuple(http_tls) if http_tls else None,
                               ray_signal=ray_signal, fence=fence,
                               ray_poll_s=ray_poll_s, metrics_interval_s=metrics_interval_s,
-                              extra={"detached": detached, "max_restarts": max_restarts})
+                              extra={"detached": detached, "max_restarts": max_restarts,
+                                     **({"workqueue": {"arbitrator": True}}
+                                        if arbitrator and is_arbitrator(s.name) else {})})
             if created and not existing:
                 # a new group: its first member founds it and the others join it once it
                 # has (their processes start meanwhile): one coordinator, no concurrent
@@ -404,6 +424,22 @@ class Group:
         return {k: sorted(v) for k, v in sorted(out.items())}
 
     # -- plumbing ---------------------------------------------------------------------------
+    def _arbitrator_slot(self, nodes: list, data: list, progress):
+        """The arbitrator's slot (``placement.arbitrator_slot``), under the name of the
+        group's running arbitrator if it has one (a second launch attaches to it)."""
+        slot, shared = arbitrator_slot(nodes, data)
+        running = [n for n in self.list_groups(self.namespace).get(self.cluster, [])
+                   if is_arbitrator(n)]
+        if running:
+            return replace(slot, name=running[0])
+        if shared:
+            text = (f"arbitrator of {self.cluster!r}: every live node holds data members, so "
+                    f"it shares node {slot.node_ip} ({slot.node_id[:8]}) with them; that "
+                    "node's loss takes the arbitrator with it (give it a node of its own)")
+            log.warning(text)
+            _say(progress, text)
+        return slot
+
     def _keep_names(self, every: list) -> list:
         """The planned slots, where a node already runs members of this group under other
         names (a node's name depends on its peers': two nodes with one host name get the
@@ -411,7 +447,7 @@ class Group:
         set."""
         planned = {s.name for s in every}
         others = [n for n in self.list_groups(self.namespace).get(self.cluster, [])
-                  if n not in planned]
+                  if n not in planned and not is_arbitrator(n)]  # data members' names
         if not others:
             return every
         handles = {n: h for n in others if (h := self._lookup(n)) is not None}
@@ -458,8 +494,10 @@ class Group:
         return h
 
     def _order(self) -> list:
+        """Member names in the order unnamed calls try them: data members before the
+        arbitrator."""
         names = sorted(self._handles)
-        names.sort(key=lambda n: (n in self._avoid, n != self._current))
+        names.sort(key=lambda n: (n in self._avoid, is_arbitrator(n), n != self._current))
         return names
 
     def _gather(self, refs: dict, timeout: float) -> dict:
@@ -494,7 +532,9 @@ class Group:
         if self._current == name:
             self._current = None
 
-    def _targets(self, member: Optional[str]) -> list:
+    def _targets(self, member: Optional[str], method: str = "") -> list:
+        """The members to try in turn; for a queue call (``queue_*``) never the arbitrator,
+        which holds no queue (QueueNotPrimary when only arbitrators are left)."""
         if member is not None:
             return [member]
         if not self._handles:
@@ -502,7 +542,14 @@ class Group:
         if not self._handles:
             raise NoSuchGroup(f"no member of group {self.cluster!r} in namespace "
                               f"{self.namespace!r}")
-        return self._order()
+        names = self._order()
+        if method.startswith("queue_"):
+            names = [n for n in names if not is_arbitrator(n)]
+            if not names:
+                from raygroups.stack.workqueue import QueueNotPrimary
+                raise QueueNotPrimary(f"group {self.cluster!r} has no member that holds "
+                                      "the queues (only its arbitrator)")
+        return names
 
     def _call(self, method: str, *args: Any, member: Optional[str] = None,
               timeout: Optional[float] = CALL_TIMEOUT_S, unsure: Optional[type] = None,
@@ -572,7 +619,7 @@ class Group:
                     break
                 if member is None:
                     yield _REFRESH
-            for name in self._targets(member):
+            for name in self._targets(member, method):
                 e = yield name
                 last = self._failure(name, e, member, method, unsure)
                 died = isinstance(e, ActorDiedError) and not refreshed
@@ -728,6 +775,10 @@ class Group:
     async def view_async(self):
         return await self._acall("view")
 
+    def arbitrators(self) -> list:
+        """The names of the group's arbitrator member actors (``launch(arbitrator=True)``)."""
+        return [n for n in self.member_names() if is_arbitrator(n)]
+
     def member_names(self) -> list:
         """The names of the group's member actors (whether in the view or not)."""
         self._refresh()
@@ -743,6 +794,8 @@ class Group:
             d["actor_name"] = inf["actor_name"] if inf else None
             d["http_url"] = inf["http_url"] if inf else None
             d["pid"] = inf["pid"] if inf else None
+            if inf and inf.get("role"):  # the member's own word on its role
+                d["role"] = inf["role"]
             if m["state"] not in ("suspect", "dead") and inf:
                 d["state"] = "alive" if inf["state"] == "member" else inf["state"]
             d.pop("self", None)
@@ -751,7 +804,9 @@ class Group:
 
     def members(self) -> list:
         """The view's members: [{name, uuid, address, node_id, state, coordinator,
-        actor_name, http_url, pid}], in view order (the coordinator first). ``state``:
+        actor_name, http_url, pid, role}], in view order (the coordinator first).
+        ``role``: "arbitrator" (it votes and holds no queue: ``launch(arbitrator=True)``) or
+        "data". ``state``:
         "alive", "suspect" or "dead" (as the answering member's failure detector sees it),
         or the member's own "paused", "leaving", "left", "shutdown"."""
         listed = self._call("members")

@@ -10,8 +10,9 @@ it refreshes every second from ``/membership/status``.
 Open (GET):
 * ``/membership/size``: ``{"size", "view_id", "member", "state"}``
 * ``/membership/nodes``: ``{"view_id", "nodes": [{name, uuid, address, coordinator, state,
-  self, recovery}]}`` (``recovery``: the member's recovery status from the last state
-  exchange, the same at every member)
+  self, recovery, role}]}`` (``recovery``: the member's recovery status from the last state
+  exchange, the same at every member; ``role``: "arbitrator" for the work queue's
+  arbitrator, which votes and holds no queue, else "data")
 * ``/membership/views``: ``{"member", "views": [{view_id, coord_uuid, members, uuids,
   coordinator, installed_at, joined, left}]}`` (the JSON view history)
 * ``/membership/status``: everything the status page shows
@@ -205,7 +206,8 @@ class HttpApi:
         info = m.state_info()
         return _json({"member": {k: info[k] for k in (
                           "name", "cluster", "uuid", "address", "node_id", "state", "view_id",
-                          "view_size", "coordinator", "pid", "restarts", "paused_until")},
+                          "view_size", "coordinator", "pid", "restarts", "paused_until",
+                          "role")},
                       "members": info["members"],
                       "views": m.view_history()[-50:][::-1],
                       "suspected": info["suspected"],

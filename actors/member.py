@@ -592,7 +592,12 @@ class MemberActor(QueueMethods):
                 "coordinator": bool(view and ch.address == view.coordinator),
                 "restarts": self.restarts, "started_at": self.started_at,
                 "error": self.error, "fenced": self.fenced,
+                "role": self._role(),  # "arbitrator": votes, holds no queue (Galera's garbd)
                 "version": __version__}  # the build this member runs (rolling upgrades)
+
+    def _role(self) -> str:
+        """"arbitrator" (``MemberSpec.extra["workqueue"]["arbitrator"]``), else "data"."""
+        return "arbitrator" if self.queue_host.arbitrator else "data"
 
     def view(self):
         """The current view (a ``raygroups.stack.View``)."""
@@ -603,14 +608,17 @@ class MemberActor(QueueMethods):
         status as the last state exchange and the ordered announcements since carried it
         (MySQL Group Replication's member state: ONLINE, RECOVERING, DONOR, OFFLINE, ERROR;
         None in gossip mode, which has no state exchange), the same answer at every member
-        of the view."""
+        of the view; ``role``: "arbitrator" for an arbitrator (its queue position in the
+        last state exchange says so; it votes and holds no queue), else "data"."""
         ch = self._member_channel()
         view = ch.view
         attrs = ch.member_attributes()
+        arbs = self.queue_host.arbitrators()
         return [{"name": m.name, "uuid": m.uuid_hex, "uuid_text": uid_to_text(m.uid),
                  "address": self._phys(m),
                  "coordinator": i == 0, "state": self._swim_state(m), "self": m == ch.address,
-                 "recovery": attrs.get(m, {}).get("status")}
+                 "recovery": attrs.get(m, {}).get("status"),
+                 "role": "arbitrator" if m.uid in arbs else "data"}
                 for i, m in enumerate(view.members)]
 
     async def send(self, payload: Any, dest: Optional[str] = None) -> None:

@@ -11,6 +11,13 @@ Addresses: a member binds its sockets to its node's IP as Ray reports it, so on 
 started with ``_node_ip_address="127.0.0.1"`` everything stays on loopback. Ports: with every
 node on loopback ("local mode") the launcher picks free ports; on a real cluster member k of
 a node listens on ``port + k`` (7800 by default), so the static host list is known up front.
+
+The arbitrator (``Group.launch(..., arbitrator=True)``; Galera's garbd): one more member that
+votes and holds no queue, named ``<node label>-arbitrator`` (``arbitrator_name``; handles
+tell it by that name, ``is_arbitrator``) and placed by ``arbitrator_slot``: on a live node
+that holds no data member of the group (the "third node"), else on the node with the
+fewest, which then takes the arbitrator with it when it goes. It listens on ``port + 99``
+(``ARBITRATOR_K``), so data members added to its node later never take its port.
 """
 from __future__ import annotations
 
@@ -20,9 +27,13 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
 from raygroups.stack import StackConfig
+from raygroups.stack.primary import PrimaryConfig
 
 NAMESPACE = "raygroups"
 DEFAULT_PORT = 7800
+ARBITRATOR_SUFFIX = "-arbitrator"
+ARBITRATOR_K = 99
+"""The arbitrator's index on its node: ports ``port + 99`` and ``http_port + 99``."""
 
 
 def actor_name(cluster: str, member: str) -> str:
@@ -110,6 +121,57 @@ def plan(nodes: list[dict], members_per_node: int = 1, members: Optional[int] = 
             slots.append(Slot(f"{labels[n['NodeID']]}-{k}", n["NodeID"],
                               n["NodeManagerAddress"], k))
     return slots
+
+
+def arbitrator_name(label: str) -> str:
+    """The arbitrator's member name on the node labelled ``label``."""
+    return f"{label}{ARBITRATOR_SUFFIX}"
+
+
+def is_arbitrator(member: str) -> bool:
+    """Whether the member name is an arbitrator's (``arbitrator_name``)."""
+    return member.endswith(ARBITRATOR_SUFFIX)
+
+
+def arbitrator_slot(nodes: list[dict], data: list[Slot]) -> tuple[Slot, bool]:
+    """The arbitrator's slot beside the data members' ``data`` on the live ``nodes``: the
+    first node (head first, as ``alive_nodes`` sorts) that holds none of them; else the
+    node that holds the fewest (the first of those). The flag: it shares its node with data
+    members (then that node's loss takes the arbitrator with it, and a primary component
+    needs the others to be a majority without both)."""
+    if not nodes:
+        raise RuntimeError("no live Ray node")
+    count = {n["NodeID"]: 0 for n in nodes}
+    for s in data:
+        if s.node_id in count:
+            count[s.node_id] += 1
+    node = min(nodes, key=lambda n: count[n["NodeID"]])  # the first of the fewest
+    label = node_labels(nodes)[node["NodeID"]]
+    return (Slot(arbitrator_name(label), node["NodeID"], node["NodeManagerAddress"],
+                 ARBITRATOR_K), count[node["NodeID"]] > 0)
+
+
+def _tie_breaker(config: Optional[StackConfig], options: Optional[dict]) -> str:
+    """The stack's even-split tie-breaker the members would run with."""
+    if options and "primary__tie_breaker" in options:
+        return options["primary__tie_breaker"]
+    return config.primary.tie_breaker if config is not None else PrimaryConfig.tie_breaker
+
+
+def check_arbitrator(config: Optional[StackConfig], options: Optional[dict], membership: str,
+                     bootstrap: Any, this_node: bool, wait: bool) -> None:
+    """ValueError for what ``launch(arbitrator=True)`` does not go with."""
+    if _tie_breaker(config, options) == "store":
+        raise ValueError('arbitrator=True: not with primary__tie_breaker="store": the '
+                         "two would decide one split twice (a view holding exactly half of the "
+                         "last primary with the arbitrator is never primary for the work "
+                         "queue, whatever the lease says); choose one")
+    if membership == "gossip":
+        raise ValueError("arbitrator=True: gossip membership has no primary component to "
+                         "vote in")
+    if bootstrap is not None or this_node or not wait:
+        raise ValueError("arbitrator=True: launch it from one driver that waits (not with "
+                         "a bootstrap file, this_node or wait=False)")
 
 
 def bootstrap_slots(nodes: list[dict], entries: Iterable[Any]) -> list[Slot]:

@@ -422,8 +422,26 @@ class QueueHost:
         self.held, self.holder, self.keyed, self.key_of = {}, {}, {}, {}
         self.service = WorkQueues(channel, self.config)
 
+    @property
+    def arbitrator(self) -> bool:
+        """This member is an arbitrator (``WorkQueueConfig.arbitrator``): it votes, holds no
+        queue, and every queue call on it raises QueueArbitrator at once."""
+        return self.config.arbitrator
+
+    def arbitrators(self) -> set:
+        """UUIDs (bytes) of the arbitrators of this member's last view (from its state
+        exchange), this member's own included when it is one."""
+        return self.service.arbitrators() if self.service is not None else set()
+
+    def _no_arbitrator(self) -> None:
+        from raygroups.stack.workqueue import QueueArbitrator
+        if self.arbitrator:
+            raise QueueArbitrator(f"{self.member_name} is an arbitrator: it votes in the "
+                                  f"group and holds no queues")
+
     def _svc(self):
         from raygroups.stack.workqueue import QueueNotPrimary
+        self._no_arbitrator()
         if self.service is None or self.service.channel.stack is None:
             raise QueueNotPrimary(f"{self.member_name} has no channel")
         return self.service
@@ -431,6 +449,7 @@ class QueueHost:
     async def _active(self):
         """The service once it serves calls; QueueNotPrimary after 30 s without."""
         from raygroups.stack.workqueue import QueueNotPrimary
+        self._no_arbitrator()
         try:
             await self._svc().wait_active(30.0)
         except asyncio.TimeoutError:
@@ -452,6 +471,7 @@ class QueueHost:
 
     def queues(self) -> dict:
         """{name: figures and limits} of every queue, as this member holds them."""
+        self._no_arbitrator()
         if self.service is None or self.service.replica is None:
             return {}
         return self.service.queues()
@@ -645,6 +665,7 @@ class QueueHost:
     def info(self, name: Optional[str] = None) -> dict:
         """One queue's figures, or the service's with ``leases`` (clients holding
         deliveries, deliveries leased, deliveries released because a lease ran out)."""
+        self._no_arbitrator()
         if self.service is None or self.service.replica is None:
             return {}
         if name is not None:  # without the service's digest, a pass over every message

@@ -2,8 +2,9 @@
 ``/membership/status`` every second and redraws. No external assets (works offline).
 
 Element ids (tests and scrapers rely on them): ``#me``, ``#members`` (one ``tr`` per member,
-``data-member=<name>``, ``data-state=<state>``, ``data-recovery=<recovery status>``), ``#views``, ``#suspected``, ``#suspicions``,
-``#traffic``, ``#dropped``, ``#updated`` (the time of the last successful refresh), ``#error``.
+``data-member=<name>``, ``data-state=<state>``, ``data-recovery=<recovery status>``,
+``data-role=<data or arbitrator>``), ``#views``, ``#suspected``, ``#suspicions``, ``#traffic``,
+``#dropped``, ``#updated`` (the time of the last successful refresh), ``#error``.
 """
 
 STATUS_PAGE = r"""<!doctype html>
@@ -64,11 +65,13 @@ function render(s) {
     "</span> &middot; view <b id=viewid>" + vid(me.view_id) + "</b> (" + esc(me.view_size) +
     " members)" + (me.coordinator ? " &middot; coordinator" : "");
   fill("members", s.members.map((m, i) =>
-    "<tr data-member='" + esc(m.name) + "' data-state='" + esc(m.state) +
+    "<tr data-member='" + esc(m.name) + "' data-role='" + esc(m.role) +
+    "' data-state='" + esc(m.state) +
     "' data-recovery='" + esc(m.recovery) + "'><td>" + i +
     "</td><td>" + esc(m.name) + (m.self ? " (this)" : "") + "</td><td class=mono>" +
     esc(m.uuid_text) + "</td><td class=mono>" + esc(m.address) + "</td><td>" +
-    (m.coordinator ? "coordinator" : "") + "</td><td class='" + esc(m.state) + "'>" +
+    esc([m.coordinator ? "coordinator" : "", m.role === "arbitrator" ? "arbitrator" : ""]
+      .filter(Boolean).join(", ")) + "</td><td class='" + esc(m.state) + "'>" +
     esc(m.state) + "</td><td>" + esc(m.recovery) + "</td></tr>"));
   const none = ["<tr class=none><td>none</td></tr>"];
   fill("suspected", s.suspected.length ? s.suspected.map(x => "<tr><td>" + esc(x.member) +

@@ -28,11 +28,12 @@ NODE_LABEL = "ray.io/node-id"
 
 def member_nodes(group: Any) -> dict:
     """{member name: Ray node id} of the members in the group's view (a ``Group`` or a
-    name)."""
+    name) that hold data: not its arbitrator, which holds no queue to read."""
     if isinstance(group, str):
         from raygroups.actors import Group
         group = Group.attach(group)
-    return {m["name"]: m["node_id"] for m in group.members() if m.get("node_id")}
+    return {m["name"]: m["node_id"] for m in group.members()
+            if m.get("node_id") and m.get("role") != "arbitrator"}
 
 
 def _memory_bytes(memory: Union[str, int]) -> int:

@@ -116,7 +116,8 @@ def _worker_group(spec: StreamSpec, refresh: bool = False) -> tuple:
         entry = _WORKER[(spec.cluster, spec.namespace)] = [
             Group.attach(spec.cluster, spec.namespace), {}, 0.0]
     if refresh or not entry[1] or time.monotonic() - entry[2] > NODES_TTL_S:
-        entry[1] = {m["name"]: m["node_id"] for m in entry[0].members()}
+        entry[1] = {m["name"]: m["node_id"] for m in entry[0].members()
+                    if m.get("role") != "arbitrator"}  # it holds no queue to read
         entry[2] = time.monotonic()
     return entry[0], entry[1]
 
@@ -224,7 +225,7 @@ class QueueStream:
             if not ray.is_initialized():
                 return  # Ray was shut down here: a call would start it again (auto-init)
             try:
-                members = self.group.member_names()
+                members = self._holders()
             except Exception as e:  # noqa: BLE001 - the group is gone for now
                 log.debug("stream %s: no members to renew at: %s", self.name, e)
                 continue
@@ -259,6 +260,11 @@ class QueueStream:
         it holds nothing under any more (an earlier try took effect); the rest stay owed."""
         return self.handle.settle_owed()
 
+    def _holders(self) -> list:
+        """The group's members that hold the queue (not its arbitrator)."""
+        from raygroups.actors.placement import is_arbitrator
+        return [m for m in self.group.member_names() if not is_arbitrator(m)]
+
     def _settle_at(self, member: str, op: str, mine: list, orphans: list) -> dict:
         """Settle a batch's keys bound at ``member`` (and release the orphans a moved key
         left there): {"settled", "failed", "gone"}."""
@@ -281,7 +287,7 @@ class QueueStream:
         by_member: dict = {}
         for key, member in bound.items():
             by_member.setdefault(member, []).append(key)
-        members = sorted(set(by_member) | (set(self.group.member_names()) if rebound else set()))
+        members = sorted(set(by_member) | (set(self._holders()) if rebound else set()))
         calls = [(m, op, by_member.get(m, []),
                   [k for k in every if k not in by_member.get(m, [])] if rebound else [])
                  for m in members]

@@ -4,7 +4,7 @@
         [--hosts h1:p1,h2:p2,...] [--transport udp|tcp] [--no-ip-mcast] \
         [--preset local|lan|wan] [--mcast-port M] [--membership views|gossip] \
         [--expected N] [--discovery URL] [--tie-breaker none|store] [--no-fd-sock] [--faults] \
-        [--drop-up P] [--drop-down P] [--log]
+        [--drop-up P] [--drop-down P] [--queue] [--arbitrator] [--log]
 
 Connects a Channel (static discovery with --hosts, store discovery with --discovery, IP
 multicast discovery without either) and prints one JSON line per event on stdout, flushed:
@@ -18,6 +18,12 @@ multicast discovery without either) and prints one JSON line per event on stdout
     {"event": "error", "error": "...", "t": ...}     (join failed; exit status 1)
     {"event": "stats", "stats": {...}, "t": ...}    (after ``stats``)
     {"event": "ok", "cmd": "cut", "cut": [names], "t": ...}   (after ``cut``; ``heal`` too)
+    {"event": "published", "queue": q, "payload": text, "id": [publisher hex, seq], "t": ...}
+    {"event": "queue_error", "cmd": "publish", "queue": q, "payload": text,
+     "type": "QueueNotPrimary", "error": "QueueNotPrimary: ...", "t": ...}
+    {"event": "drained", "queue": q, "payloads": [text, ...], "t": ...}
+    {"event": "info", "phase": ..., "epoch": n, "applied": n, "digest": hex,
+     "depths": {queue: depth}, "t": ...}
 
 Commands on stdin, one a line: ``send <text>`` (multicast to the view; in the background,
 so a send that waits for a primary component does not hold up other commands), ``leave``,
@@ -25,7 +31,13 @@ so a send that waits for a primary component does not hold up other commands), `
 of the members watching this one, as a middlebox would, while it stays up), and with the
 fault layer (``--faults``, or any ``--drop-*``): ``cut <name>,<name>,...`` (drop everything
 received from those members, as ``Faults.drop_from``; names of members seen in a view or
-by discovery so far) and ``heal``.
+by discovery so far) and ``heal``. With the work queue service on the channel (``--queue``,
+``QueueChannel``; ``--arbitrator``: the member is the queue's arbitrator, Galera's garbd,
+which votes and holds no queue): ``publish <queue> <text>`` (creates the queue first if this
+process has not; in the background, up to ``--call-timeout`` s), ``drain <queue>`` (acquire
+and accept until nothing comes for a second) and ``info`` (the replica's phase, epoch,
+digest of the whole queue state, and each queue's depth). A queue call that fails prints
+``queue_error`` with the error's type.
 ``--preset`` picks the timer preset (``StackConfig.local`` by default, ``lan`` for the LAN
 defaults); ``--bind`` and ``--port`` override its address either way.
 Run with the repository root as the working directory (``python -m``).
@@ -49,6 +61,8 @@ import time
 from typing import Callable, Optional, Sequence
 
 from raygroups.stack import Channel, StackConfig, ViewChange
+from raygroups.stack.runtime.workqueue import QueueChannel
+from raygroups.stack.workqueue import AcquireTimeout, WorkQueueConfig
 from raygroups.stack.view import MergeView
 
 
@@ -267,7 +281,12 @@ async def main(args: argparse.Namespace) -> int:
         options["faults__drop_up"] = args.drop_up
         options["faults__drop_down"] = args.drop_down
     preset = getattr(StackConfig, args.preset)
-    ch = Channel(args.cluster, name=args.name, config=preset(args.transport, **options))
+    config = preset(args.transport, **options)
+    if args.queue or args.arbitrator:
+        ch = QueueChannel(args.cluster, name=args.name, config=config,
+                          queue_config=WorkQueueConfig(arbitrator=args.arbitrator))
+    else:
+        ch = Channel(args.cluster, name=args.name, config=config)
     try:
         await ch.connect(timeout=args.join_timeout)
     except Exception as e:  # JoinTimeout, OSError (bind)
@@ -295,6 +314,35 @@ async def main(args: argparse.Namespace) -> int:
         else:
             emit("sent", payload=text)
 
+    queues: dict = {}  # name -> WorkQueue, once created through this process
+
+    async def queue_call(cmd: str, name: str, payload: str = "") -> None:
+        try:
+            q = queues.get(name)
+            if q is None:
+                q = queues[name] = await asyncio.wait_for(ch.queue(name), args.call_timeout)
+            if cmd == "publish":
+                mid = await asyncio.wait_for(q.publish(payload.encode()), args.call_timeout)
+                emit("published", queue=name, payload=payload, id=[mid[0].hex(), mid[1]])
+            else:  # drain
+                got = []
+                while True:
+                    try:
+                        d = await q.acquire(timeout=1.0)
+                    except AcquireTimeout:
+                        break
+                    await asyncio.wait_for(d.accept(), args.call_timeout)
+                    got.append(d.body.decode(errors="replace"))
+                emit("drained", queue=name, payloads=got)
+        except Exception as e:  # typed queue errors (QueueNotPrimary, ...), TimeoutError
+            emit("queue_error", cmd=cmd, queue=name, payload=payload, type=type(e).__name__,
+                 error=f"{type(e).__name__}: {e}")
+
+    def queue_info() -> None:
+        info = ch.queues.info()
+        emit("info", phase=info["phase"], epoch=info["epoch"], applied=info["applied"],
+             digest=info["digest"], depths={n: q["depth"] for n, q in info["queues"].items()})
+
     events = asyncio.create_task(pump())
     sends: set = set()
     reader = asyncio.StreamReader()
@@ -313,6 +361,13 @@ async def main(args: argparse.Namespace) -> int:
             task = asyncio.create_task(send(rest))
             sends.add(task)
             task.add_done_callback(sends.discard)
+        elif cmd in ("publish", "drain") and isinstance(ch, QueueChannel):
+            name, _, text = rest.partition(" ")
+            task = asyncio.create_task(queue_call(cmd, name, text))
+            sends.add(task)
+            task.add_done_callback(sends.discard)
+        elif cmd == "info" and isinstance(ch, QueueChannel):
+            queue_info()
         elif cmd == "stats":
             emit("stats", stats=ch.stats())
         elif cmd == "reset-watchers":
@@ -362,6 +417,12 @@ if __name__ == "__main__":
                     help="insert the fault layer (for cut/heal on stdin)")
     ap.add_argument("--drop-up", type=float, default=0.0, help="fault layer: drop received")
     ap.add_argument("--drop-down", type=float, default=0.0, help="fault layer: drop sent")
+    ap.add_argument("--queue", action="store_true",
+                    help="the work queue service on the channel (publish/drain/info)")
+    ap.add_argument("--arbitrator", action="store_true",
+                    help="with the work queue: this member is its arbitrator (votes, no queue)")
+    ap.add_argument("--call-timeout", type=float, default=20.0,
+                    help="seconds a queue call may take before queue_error TimeoutError")
     ap.add_argument("--log", action="store_true", help="stack log (INFO) on stderr")
     parsed = ap.parse_args()
     if parsed.log:

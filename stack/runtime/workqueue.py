@@ -31,7 +31,7 @@ from ..view import Left, ViewChange
 from ..workqueue.config import WorkQueueConfig
 from ..workqueue.errors import AcquireTimeout, QueueClosed
 from ..workqueue.replica import Delivery as _Acquired
-from ..workqueue.replica import Phase, Replica, Request
+from ..workqueue.replica import ARBITER, Phase, Replica, Request
 from .channel import Channel
 
 log = logging.getLogger("raygroups.workqueue")
@@ -194,6 +194,7 @@ class WorkQueues:
         self._wake: Optional[asyncio.Event] = None
         self._closed = False
         self.send_errors = 0
+        self._arbs: set = set()  # the arbitrators of the last state exchange
         # deliveries pass through us first, synchronously, in delivery order
         self._app_messages, self._app_event = channel._on_messages, channel._on_event
         channel._on_messages, channel._on_event = self._on_messages, self._on_event
@@ -217,7 +218,17 @@ class WorkQueues:
         return self._replica().exchange_data()
 
     def _on_exchange(self, view_id: list, data: dict) -> None:
-        self._replica().on_exchange(view_id, {a.uid: d for a, d in data.items()})
+        positions = {a.uid: d for a, d in data.items()}
+        self._arbs = {u for u, d in positions.items()
+                      if isinstance(d, (list, tuple)) and len(d) > 1 and d[1] == ARBITER}
+        self._replica().on_exchange(view_id, positions)
+
+    def arbitrators(self) -> set:
+        """UUIDs (bytes) of the arbitrators in the last view's state exchange (their queue
+        position says so), and this member's own when it is one."""
+        own = {self.channel.stack.local.uid} \
+            if self.config.arbitrator and self.channel.stack is not None else set()
+        return self._arbs | own
 
     def _on_messages(self, batch: list) -> None:
         r = self._replica()

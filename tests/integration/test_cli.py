@@ -196,3 +196,30 @@ def test_up_follow_nodes_no_wait_starts_the_group_in_the_background(ray_session,
     with pytest.raises(ValueError):
         import ray
         ray.get_actor(follower_name(name), namespace="raygroups")
+
+
+def test_up_arbitrator_and_what_it_refuses(ray_session, tmp_path):
+    """``up --arbitrator``: two data members and the arbitrator (on this run's one node it
+    shares the node, and ``up`` says so); ``members`` marks its role. Combined with what it
+    does not go with: one line and exit 2, no traceback."""
+    name = f"{CLUSTER}-arb"
+    out = cli(ray_session, "up", name, "--members", "2", "--arbitrator", "--json",
+              "--token-file", str(tmp_path / "arb.token"))
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    try:
+        [arb] = result["arbitrators"]
+        assert arb.endswith("-arbitrator") and len(result["members"]) == 3, result
+        assert arb in result["members"] and "shares node" in out.stderr
+        rows = {line.split()[0]: line for line in cli(ray_session, "members", name).stdout
+                .splitlines()[1:] if line.strip()}
+        assert [n for n, line in rows.items() if "arbitrator" in line.split()[1:]] == [arb]
+        ms = json.loads(cli(ray_session, "members", name, "--json").stdout)
+        assert sorted(m["role"] for m in ms) == ["arbitrator", "data", "data"]
+    finally:
+        cli(ray_session, "down", name)
+    for bad in (["--membership", "gossip"], ["--this-node"]):
+        refused = cli(ray_session, "up", f"{name}-x", "--arbitrator", *bad, check=False)
+        assert refused.returncode == 2, refused
+        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+        assert "arbitrator" in refused.stderr and "Traceback" not in refused.stderr
+    assert f"{name}-x" not in Group.list_groups()

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import time
+from typing import Optional
 
 import pytest
 
@@ -29,13 +30,15 @@ def json_lines(proc) -> list[dict]:
 
 
 def start_members(lab: NetLab, cluster: str, transport: str = "udp", static: bool = True,
-                  extra=()) -> list:
+                  extra=(), more: Optional[dict] = None) -> list:
+    """One member process per host, m0 first; ``extra``: arguments of every member,
+    ``more``: {k: arguments of member k alone}."""
     hosts = ",".join(f"{lab.addr(k)}:{PORT}" for k in range(lab.n))
     procs = []
     for k in range(lab.n):
         argv = [sys.executable, "-m", "tests.member_proc", "--cluster", cluster,
                 "--name", f"m{k}", "--bind", lab.addr(k), "--port", str(PORT),
-                "--transport", transport, *extra]
+                "--transport", transport, *extra, *(more or {}).get(k, ())]
         if static:
             argv += ["--hosts", hosts]
         procs.append(lab.spawn(k, argv, cwd=REPO, name=f"m{k}"))
