@@ -735,8 +735,14 @@ class Gms(Layer):
             return
         if not self.is_coord:
             # a member of our view (our coordinator, or the member next in line when the
-            # coordinator died) keeps announcing a newer view we never got: we were dropped
-            if ev.sender in v and v.view_id < theirs:
+            # coordinator died) keeps announcing a newer view we never got: we were dropped;
+            # or the member next in line after our view's dead founder keeps announcing, as
+            # its coordinator, another view, newer or not (a view of the same counter is not
+            # older by its order: a merge view installed without it, while it formed its
+            # own): nobody coordinates ours
+            if ev.sender in v and (v.view_id < theirs or
+                                   ev.is_coord and ev.sender == self.coordinator and
+                                   ev.sender != v.view_id.coord):
                 n = self.stale_infos[ev.sender] = self.stale_infos.get(ev.sender, 0) + 1
                 if n >= STALE_INFOS:
                     self._become_singleton(f"{ev.sender} moved on to {theirs} without us")

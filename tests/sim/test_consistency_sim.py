@@ -49,7 +49,8 @@ def traffic(sim, h, members, seconds):
                           13001479,  # two primaries: one side missed that a merge became primary
                           14001467,  # a VIEW's catch-up overtook multicasts behind it in a batch
                           14301933,  # a flush round went on after another's newer view thawed it
-                          15801942)  # a merge's cut purged at install, held from an older view
+                          15801942,  # a merge's cut purged at install, held from an older view
+                          16050852)  # next in line coordinated a view of its own, same counter
 def test_virtual_synchrony_total_order_primary(sim_seed):
     sim = Simulation(sim_seed, SimOptions(loss=0.05, duplicate=0.02, reorder=0.05,
                                           delay_s=(0.0005, 0.003)), buggify=True)

@@ -698,6 +698,25 @@ def test_our_coordinator_announcing_a_newer_view_we_never_got_drops_us_after_sta
     assert s.gms.stats["excluded"] == 1
 
 
+def test_the_member_next_in_line_coordinating_another_view_drops_us_after_stale_infos():
+    """Our view's founder died; the member next in line announces, as its coordinator, a
+    view of its own that is not newer than ours by the order (here older, as a view of the
+    same counter may be): it installed another view instead of ours, so nobody coordinates
+    ours (seed 16050852: a merge view installed without it)."""
+    s = member()
+    ours = View(ViewId(s.a, 6), (s.a, s.c, s.local))  # C is next in line after A
+    s.up(Message(None, b"", INTERNAL, {5: view_hdr(ours)}, s.a))
+    s.gms.up_event(MemberDead(s.a))
+    assert s.gms.coordinator == s.c and not s.gms.is_coord
+    theirs = MergeInfo(s.c, s.c, 5, True)  # C's own view, not newer than (A, 6)
+    for _ in range(STALE_INFOS - 1):
+        s.gms.up_event(theirs)
+    s.gms.up_event(MergeInfo(s.a, s.a, 5, True))  # the founder's late INFO: not counted
+    assert views(s)[-1].view_id == ours.view_id
+    s.gms.up_event(theirs)
+    assert views(s)[-1].members == (s.local,) and s.gms.stats["excluded"] == 1
+
+
 def test_a_view_install_resets_the_stale_info_count():
     s = member()
     for _ in range(STALE_INFOS - 1):
