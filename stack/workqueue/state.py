@@ -286,6 +286,7 @@ class QueueState:
         """The epoch's members that are arbitrators (they vote and hold nothing): not in
         the level nor in the majorities of applied batches. Set as each epoch begins, from
         its state exchange, like ``levels`` not in snapshots."""
+        self._holders: list = self.members  # holders(), kept by _relevel
 
     # -- the epoch ------------------------------------------------------------------------
     def begin_epoch(self, epoch: int, members: list, arbiters: Any = ()) -> None:
@@ -325,15 +326,18 @@ class QueueState:
 
     def holders(self) -> list:
         """The epoch's members that hold the queues (all but its arbitrators)."""
-        arb = self.arbiters
-        return [m for m in self.members if m not in arb] if arb else self.members
+        return self._holders
 
     def level(self) -> int:
         """The queue level every member of the epoch announced (the lowest)."""
         return self._level
 
     def _relevel(self) -> None:
-        self._level = min((self.levels.get(m, BASE_LEVEL) for m in self.holders()),
+        """``holders()`` and ``level()``, kept as ``members``, ``arbiters`` and ``levels``
+        change (every place that sets one calls this)."""
+        arb = self.arbiters
+        self._holders = [m for m in self.members if m not in arb] if arb else self.members
+        self._level = min((self.levels.get(m, BASE_LEVEL) for m in self._holders),
                           default=BASE_LEVEL)
 
     def _set_owner(self, q: Queue, owner: Optional[bytes]) -> None:
@@ -644,9 +648,8 @@ class QueueState:
         queue's ``meta`` and its messages' ``row``s in publish order."""
         head = self.head()
         v2 = head[0] == SNAPSHOT_VERSION
-        queues = [meta(q, v2) + [[row(e, None, v2) for e in q.msgs.values()]]
-                  for q in self.queues.values()]
-        return msgpack.packb(head + [queues], use_bin_type=True)
+        return pack(head, ((meta(q, v2), [row(e, None, v2) for e in q.msgs.values()])
+                           for q in self.queues.values()))
 
     def restore(self, data: bytes) -> None:
         """A snapshot of either version, restored with the collector off."""
@@ -729,6 +732,12 @@ class QueueState:
 def image(e: Entry) -> tuple:
     """What of an entry changes after it was published (see ``Queue.keep``)."""
     return e.holder, e.tok, e.tepoch, e.deliveries, e.ts
+
+
+def pack(head: list, queues: Any) -> bytes:
+    """A whole snapshot's bytes: ``head``, then every queue's ``meta`` with its messages'
+    ``row``s (``queues`` yields (meta, rows))."""
+    return msgpack.packb(head + [[m + [rows] for m, rows in queues]], use_bin_type=True)
 
 
 def meta(q: Queue, v2: bool) -> list:

@@ -21,11 +21,9 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import msgpack
-
 from . import codec
 from .codec import SNAP, UPDATE
-from .state import SNAPSHOT_VERSION, QueueState, no_collection, row
+from .state import SNAPSHOT_VERSION, QueueState, no_collection, pack, row
 
 ROW_OVERHEAD = 48
 """Bytes a chunk's budget counts per message beyond its body (ids, position, holder)."""
@@ -36,7 +34,6 @@ class Outgoing:
 
     def __init__(self, state: QueueState, key: list, stale: dict, now: float,
                  chunk_bytes: int, window: int):
-        self.state = state
         self.frozen = state.freeze()
         self.key = key
         self.stale = dict(stale)                     # uid -> Address, not served yet
@@ -87,9 +84,8 @@ class Outgoing:
         head, queues = self.frozen
         v2 = head[0] == SNAPSHOT_VERSION
         with no_collection():
-            body = [m + [[row(e, q.kept.get(e.pos), v2) for e in entries]]
-                    for q, m, entries in queues]
-            return msgpack.packb(head + [body], use_bin_type=True)
+            return pack(head, ((m, [row(e, q.kept.get(e.pos), v2) for e in entries])
+                               for q, m, entries in queues))
 
     def _pump(self) -> list:
         if not self.stale:
