@@ -31,7 +31,7 @@ from ..view import Left, ViewChange
 from ..workqueue.config import WorkQueueConfig
 from ..workqueue.errors import AcquireTimeout, QueueClosed
 from ..workqueue.replica import Delivery as _Acquired
-from ..workqueue.replica import ARBITER, Phase, Replica, Request
+from ..workqueue.replica import Phase, Replica, Request, arbitrators
 from .channel import Channel
 
 log = logging.getLogger("raygroups.workqueue")
@@ -219,8 +219,7 @@ class WorkQueues:
 
     def _on_exchange(self, view_id: list, data: dict) -> None:
         positions = {a.uid: d for a, d in data.items()}
-        self._arbs = {u for u, d in positions.items()
-                      if isinstance(d, (list, tuple)) and len(d) > 1 and d[1] == ARBITER}
+        self._arbs = arbitrators(positions)
         self._replica().on_exchange(view_id, positions)
 
     def arbitrators(self) -> set:

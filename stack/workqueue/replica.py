@@ -769,7 +769,7 @@ class Replica:
     # epochs: reconciliation, snapshots, losing the primary
     # ======================================================================================
     def _reconcile(self, key: list, order: list, positions: dict) -> None:
-        arbs = {m for m in order if positions[m][1] == ARBITER}
+        arbs = arbitrators(positions)
         holders = [m for m in order if m not in arbs]
         if not holders:
             self._lose_primary("no member of the view holds the queues (arbitrators only)")
@@ -992,6 +992,12 @@ class Replica:
         """{name: figures and limits} of every queue, as this member holds them (the same
         at every member once it applied the same commands)."""
         return {q.name: q.info() for q in self.state.queues.values()}
+
+
+def arbitrators(positions: dict) -> set:
+    """The members whose queue position (``exchange_data``) says they are arbitrators."""
+    return {m for m, p in positions.items()
+            if isinstance(p, (list, tuple)) and len(p) > 1 and p[1] == ARBITER}
 
 
 def _positions(data: Any, order: list) -> Optional[dict]:
