@@ -164,6 +164,7 @@ class Sequencer(Layer):
 
     def up(self, batch: list) -> None:
         out = []
+        coord = self.coordinator  # a view changes between batches, never within one
         for m in batch:
             h = m.headers.get(10)
             if h is None:
@@ -172,7 +173,7 @@ class Sequencer(Layer):
             try:
                 if h[0] == FORWARD:
                     vid = self.view.view_id if self.view is not None else None
-                    if self.coordinator == self.ctx.local and type(h[1]) is int and \
+                    if coord == self.ctx.local and type(h[1]) is int and \
                             vid is not None and h[2] == vid.coord.uid and h[3] == vid.id:
                         self._order(m.sender, h[1], m)
                     else:
@@ -181,7 +182,7 @@ class Sequencer(Layer):
                     origin, seq = self.ctx.book.get(h[1]), h[2]
                     if type(seq) is not int:
                         raise TypeError
-                    if m.sender != self.coordinator:
+                    if m.sender != coord:
                         # ordered by a member that is no longer the sequencer, sent late
                         # (held by flow control past the view change that made another
                         # member the coordinator): every member drops it alike, in the same
@@ -193,7 +194,8 @@ class Sequencer(Layer):
                         out.append(m)
                         if origin == self.ctx.local:
                             self.outstanding.pop(seq, None)
-                            self._window()
+                            if self.full:
+                                self._window()
                     else:
                         self.stats["duplicates"] += 1
                 else:
@@ -229,7 +231,8 @@ class Sequencer(Layer):
                     self.malformed()
             for seq in [s for s in self.outstanding if s <= self.delivered.get(self.ctx.local, 0)]:
                 del self.outstanding[seq]  # ordered elsewhere already: done
-            self._window()
+            if self.full:
+                self._window()
             return self.above.up_event(ev)
         if t is ViewChange:
             old = self.coordinator
