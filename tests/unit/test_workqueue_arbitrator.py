@@ -10,14 +10,19 @@ CFG = WorkQueueConfig(interest_linger_s=0.0)
 ARB = WorkQueueConfig(interest_linger_s=0.0, arbitrator=True)
 
 
-def group(n: int, arbitrator_at: int) -> Bus:
+def group(n: int, arbitrator_at: int, queue: bool = True) -> Bus:
+    """``n`` replicas, one an arbitrator; with ``queue``: in one view, "jobs" created."""
     bus = Bus(n, CFG)
     bus.replicas[arbitrator_at].config = ARB
+    if queue:
+        bus.view()
+        bus.replicas[0].create("jobs")
+        bus.flush()
     return bus
 
 
 def test_the_arbitrator_votes_and_holds_nothing():
-    bus = group(3, 2)
+    bus = group(3, 2, queue=False)
     a, b, arb = bus.replicas
     bus.view()
     assert (a.phase, b.phase, arb.phase) == (Phase.ACTIVE, Phase.ACTIVE, Phase.ARBITER)
@@ -39,11 +44,7 @@ def test_the_arbitrator_votes_and_holds_nothing():
 def test_one_holder_and_the_arbitrator_keep_the_queue_and_complete_calls():
     bus = group(3, 2)
     a, b, arb = bus.replicas
-    bus.view()
-    a.create("jobs")
-    bus.flush()
-    bus.cut = {b.local}  # b lost: a and the arbitrator are 2 of 3
-    bus.view([a.local, arb.local])
+    bus.only(a, arb)  # b lost: a and the arbitrator are 2 of 3
     assert a.phase is Phase.ACTIVE
     p = a.publish("jobs", b"alone")
     bus.flush()
@@ -56,16 +57,11 @@ def test_one_holder_and_the_arbitrator_keep_the_queue_and_complete_calls():
 def test_a_2_2_split_with_the_arbitrator_keeps_one_side():
     bus = group(5, 4)
     a, b, c, d, arb = bus.replicas
-    bus.view()
-    a.create("jobs")
-    bus.flush()
-    bus.cut = {c.local, d.local}
-    bus.view([a.local, b.local, arb.local])  # 3 of 5: primary
+    bus.only(a, b, arb)  # 3 of 5: primary
     p = b.publish("jobs", b"side")
     bus.flush()
     assert a.phase is Phase.ACTIVE and p.done and p.error is None
-    bus.cut = {a.local, b.local, arb.local}
-    bus.view([c.local, d.local], primary=False)
+    bus.only(c, d, primary=False)
     assert c.phase is Phase.NOT_PRIMARY and isinstance(c.publish("jobs", b"no").error,
                                                        Exception)
     bus.cut = set()
@@ -80,15 +76,10 @@ def test_holders_without_the_arbitrator_s_newest_epoch_do_not_take_the_queue():
     stack's own rule already prevents it), their state would lack the newest epoch's."""
     bus = group(3, 2)
     a, b, arb = bus.replicas
-    bus.view()
-    a.create("jobs")
-    bus.flush()
-    bus.cut = {b.local}
-    bus.view([a.local, arb.local])
+    bus.only(a, arb)
     a.publish("jobs", b"only a has it")
     bus.flush()
-    bus.cut = {a.local}
-    bus.view([b.local, arb.local])  # as if primary
+    bus.only(b, arb)  # as if primary
     assert b.phase is Phase.NOT_PRIMARY and b.stats["no_quorum"] == 1
 
 
@@ -97,11 +88,7 @@ def test_half_of_the_epoch_with_the_arbitrator_is_not_primary_for_the_queue():
     tie-breaker made it primary, its one holder may lack what two holders confirmed."""
     bus = group(4, 3)
     a, b, c, arb = bus.replicas
-    bus.view()
-    a.create("jobs")
-    bus.flush()
-    bus.cut = {a.local, b.local}
-    bus.view([c.local, arb.local])  # half of 4, the next primary id: the lease's case
+    bus.only(c, arb)  # half of 4, the next primary id: the lease's case
     assert c.phase is Phase.NOT_PRIMARY
 
 

@@ -280,6 +280,11 @@ class Bus:
         self.flush()
         return v
 
+    def only(self, *keep, primary=True):
+        """A view of the replicas ``keep`` (in this order); the others receive nothing."""
+        self.cut = {r.local for r in self.replicas if r not in keep}
+        return self.view([r.local for r in keep], primary)
+
     def flush(self, rounds=50):
         for _ in range(rounds):
             out = [(r, o) for r in self.replicas if r.local not in self.cut

@@ -166,8 +166,7 @@ def joined(config: WorkQueueConfig, levels=(None, None, None)):
     bus.view()
     a.create("jobs")
     bus.flush()
-    bus.cut = {c.local}
-    bus.view([a.local, b.local])
+    bus.only(a, b)
     reqs = [b.publish("jobs", b"job-%d" % i) for i in range(40)]
     bus.flush()
     assert all(r.error is None for r in reqs)
