@@ -7,8 +7,9 @@ a crashed member cannot be delivered here but not elsewhere) and answers FLUSH_O
 view and digest (its own entry: what it sent). The coordinator takes the cut: per sender,
 the highest seqno any survivor holds, and who holds it, and sends it (FLUSH_CUT); every
 member fetches what it misses up to the cut and answers FLUSH_DONE. (A START_FLUSH that
-overtook the VIEW of the view it flushes, from the previous coordinator, is kept and answered
-once that view is installed.) (FLUSH_OK names the
+overtook the VIEW of the view it flushes, from the previous coordinator or a merge's leader,
+is kept and answered once that view is installed: the digest and the freeze are of the view
+flushed. A member it comes from a known coordinator stops sending at once.) (FLUSH_OK names the
 member's view only when it is not the one being flushed: the coordinator has that one.) Only then is the VIEW
 sent (carrying the cut again for anyone who missed a step): members that move together
 from V to V' delivered the same messages in V, and stability in V' cannot purge a message a
@@ -190,14 +191,22 @@ class Flush:
         book = g.ctx.book
         flushed = ViewId(book.get(vid[0]), int(vid[1]))
         other = self.blocked and self.coord not in (None, sender) and sender != g.ctx.local
-        if g.view is not None and g.view.view_id < flushed and (other or sender not in g.view):
-            # the coordinator flushes a view whose VIEW has not reached us (it came from the
-            # previous coordinator, with no order against this one's messages), and we are
-            # still stopped by that coordinator's flush, or do not know this one yet:
-            # answer once we have installed that view, or it times out on us and excludes a
-            # live member (seed 15300059: a coordinator that left handed over to the next)
+        if g.view is not None and g.view.view_id < flushed:
+            # the coordinator flushes a view whose VIEW has not reached us (it came from
+            # another member, with no order against this one's messages): answer once we
+            # have installed that view, or it times out on us and excludes us. Answered now,
+            # our digest would be of our older view (without the members that view added)
+            # and the freeze would not outlast installing the flushed view, so we would
+            # deliver there beyond the cut (seed 16070490, a merge view's VIEW overtaken by
+            # its next coordinator's flush); dropped, a live member would be excluded
+            # (seed 15300059: a coordinator that left handed over to the next). From a
+            # coordinator we know and are not stopped by another, we stop sending now, as
+            # the answer would
             self.early = (sender, fid, removed_uids, vid)
             g.stats["flush_starts_early"] += 1
+            if not other and sender in g.view:
+                self.coord, self.flushed, self.fid = sender, flushed, fid
+                self._block()
             return
         if g.view is None or sender not in g.view:
             return  # not our coordinator (we moved to another view): it will exclude us

@@ -120,6 +120,7 @@ def test_views_beyond_one_datagram_form_flush_and_merge(sim_seed):
 
 
 @pytest.mark.seeds(10)
+@pytest.mark.regressions(16070490)  # a flush of a merge view answered before its VIEW came
 def test_relayed_state_exchange_and_coordinator_stable_keep_seed_002(sim_seed):
     """The large-group paths on a small group (relay_above=0, coord_only_above=0): the
     primary component's state relayed by the first member, STABLE digests to the

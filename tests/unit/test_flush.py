@@ -292,6 +292,19 @@ def test_held_sends_go_out_in_the_new_view():
     assert held.headers[2] == [MSG, 1, 6]
 
 
+def test_a_flush_of_a_view_not_installed_yet_is_answered_from_that_view():
+    """Our coordinator flushes view 6, whose VIEW has not reached us (a merge's VIEW came
+    from another member): we stop sending at once, but answer (digest, freeze) only once we
+    stand in view 6. Answered from view 5, the digest would lack what view 6 added, and
+    installing view 6 would thaw the freeze: we would deliver there beyond the cut (seed
+    16070490)."""
+    s = member()
+    s.up(start_flush(s, s.a, [s.a.uid, 1], vid=[s.a.uid, 6]))
+    assert sent(s, FLUSH_OK, s.a) == [] and writable(s) == [False]
+    s.up(view_msg(s, View(ViewId(s.a, 6), (s.a, s.local, s.c)), s.a))
+    assert len(sent(s, FLUSH_OK, s.a)) == 1 and writable(s) == [False]
+
+
 def test_held_sends_are_not_released_by_the_flushed_view_itself():
     """We are still in view 5 while the coordinator flushes view 6 (we were late): installing
     view 6 does not end that flush; view 7 does."""
