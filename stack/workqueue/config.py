@@ -84,3 +84,10 @@ class WorkQueueConfig:
     """How long, in seconds, the donor waits for a stale member to ask for the streamed
     update; one that does not (a build before it) then gets the whole state in one
     snapshot, as that build expects. Only mixed groups (a rolling upgrade) ever wait it."""
+    journal_compact_bytes: int = 64 * 1024 * 1024
+    """A durable replica (its member journals, ``durable.py``) writes its whole state to the
+    journal as a snapshot, and the journal drops the records it covers, once this many
+    bytes were journaled since the last snapshot and at least twice that snapshot's size
+    (so the cost of compaction stays proportional to what was journaled). Larger: fewer
+    snapshots, a longer replay at restart. A snapshot is built in one go on the member's
+    loop: its pause grows with the state's size."""

@@ -45,7 +45,7 @@ import enum
 from typing import Any, Callable, Optional
 
 from ..errors import MessageTooLarge
-from . import codec
+from . import codec, durable
 from .codec import (ACQUIRE, APPLIED, BATCH, CANCEL, CONSUME, CREATE, DECLARE, DELETE,
                     DEQUEUE, ENQUEUE, EXPIRE, LEVEL, OWNER_RELEASE, PURGE, REJECT, RELEASE,
                     SNAP, UPDATE, UPDATE_ACK)
@@ -178,11 +178,15 @@ class Replica:
 
     def __init__(self, local: Any, config: Optional[WorkQueueConfig] = None,
                  clock: Callable[[], float] = lambda: 0.0,
-                 wall: Optional[Callable[[], float]] = None):
+                 wall: Optional[Callable[[], float]] = None,
+                 durable: bool = False, recovered: Optional[tuple] = None):
         """``local``: this member's Address (its ``uid`` identifies it in the state).
         ``clock``: seconds, for timeouts and intervals (monotonic); ``wall``: seconds since
         the epoch, comparable across members, for message timestamps and EXPIRE's cut-off
-        (default: ``clock``)."""
+        (default: ``clock``). ``durable``: the driver journals what ``take_journal`` returns
+        and reports what is on disk (``on_durable``); ``recovered``: (QueueState, the uid
+        of the incarnation that held it), replayed from this member's journal
+        (durable.py)."""
         self.config = cfg = config or WorkQueueConfig()
         self.local = local
         self.uid: bytes = local.uid
@@ -191,6 +195,14 @@ class Replica:
         self.gated: list = []                 # lifecycle calls waiting for every member's level
         self.next_expire = float("-inf")
         self.state = QueueState(cfg.max_depth, cfg.max_bytes, cfg.max_message_size)
+        self.durable = durable and not cfg.arbitrator
+        self.was: Optional[bytes] = None      # the incarnation our recovered state was
+        if recovered is not None:
+            self.state, self.was = recovered
+        self.synced = (self.state.epoch, self.state.applied)  # on disk (durable)
+        self.journal: list = []               # durable.Entry for the driver
+        self.journal_bytes = 0                # journaled since the last image
+        self.image_bytes = 0                  # the last image's size
         self.phase = Phase.IDLE
         self.view = None
         self.view_key: Optional[list] = None
@@ -221,9 +233,14 @@ class Replica:
     # ======================================================================================
     def exchange_data(self) -> list:
         """What this member announces in a view's state exchange: [epoch, batches applied
-        in it, the epoch's members]."""
+        in it, the epoch's members], and, from a member whose state came from its journal
+        and has not begun an epoch since, the uid of the incarnation that held that state
+        (it stands for that member in the epoch's majority)."""
         s = self.state
-        return [s.epoch, ARBITER if self.config.arbitrator else s.applied, list(s.members)]
+        out = [s.epoch, ARBITER if self.config.arbitrator else s.applied, list(s.members)]
+        if self.was is not None and self.uid not in s.members:
+            out.append(self.was)
+        return out
 
     def on_exchange(self, view_key: list, data: dict) -> None:
         """Every member's announcement ({uid: as ``exchange_data``}) in the state exchange
@@ -267,9 +284,9 @@ class Replica:
             sender = msg.sender.uid
             if kind == BATCH:
                 if self.phase is Phase.ACTIVE:
-                    self._apply(sender, obj)
+                    self._apply(sender, obj, p)
                 elif self.phase is Phase.AWAIT_SNAPSHOT:
-                    self.held.append((sender, obj))
+                    self.held.append((sender, obj, p))
                 elif self.phase is Phase.ARBITER:
                     self.stats["batches_arbitrated"] += 1  # ordered, not for an arbitrator
                 else:
@@ -324,12 +341,14 @@ class Replica:
         """[(dest Address or None, payload bytes, ordered)] to send, in this order."""
         self._seal()
         s = self.state
-        if self.phase is Phase.ACTIVE and len(s.holders()) > 1 and \
-                self.reported != (s.epoch, s.applied) and (self.report_to or self.report_all):
-            # what we applied, to the members whose batches it includes (they wait for a
-            # majority); to everyone when that is everyone or a new epoch began
-            self.reported = (s.epoch, s.applied)
-            payload = codec.encode([APPLIED, s.epoch, s.applied])
+        mine = self._mine()
+        if self.phase is Phase.ACTIVE and len(s.holders()) > 1 and mine[0] == s.epoch and \
+                self.reported != mine and (self.report_to or self.report_all):
+            # what we applied (durable: what is on disk), to the members whose batches it
+            # includes (they wait for a majority); to everyone when that is everyone or a
+            # new epoch began
+            self.reported = mine
+            payload = codec.encode([APPLIED, *mine])
             to = self.report_to - {self.uid}
             if self.report_all or len(to) >= len(s.members) - 1:
                 self.outbox.append((None, payload, False))
@@ -337,9 +356,42 @@ class Replica:
                 for a in self.view.members:
                     if a.uid in to:
                         self.outbox.append((a, payload, False))
-            self.report_to, self.report_all = set(), False
+            if mine[1] == s.applied:  # else they hear again once the rest is on disk
+                self.report_to, self.report_all = set(), False
         out, self.outbox = self.outbox, []
         return out
+
+    def _mine(self) -> tuple:
+        """The position this member counts as applied: durable, what its journal holds."""
+        s = self.state
+        return self.synced if self.durable else (s.epoch, s.applied)
+
+    # -- the journal (durable.py) ------------------------------------------------------------
+    def take_journal(self) -> list:
+        """[durable.Entry] to write, in this order (a durable replica; else always [])."""
+        out, self.journal = self.journal, []
+        return out
+
+    def on_durable(self, pos: tuple) -> None:
+        """The journal holds everything up to queue position ``pos`` (epoch, applied)."""
+        if tuple(pos) > self.synced:
+            self.synced = tuple(pos)
+            if self.phase is Phase.ACTIVE:
+                self._check_durable()
+
+    def _journal(self, kind: str, data: Optional[bytes], image: Optional[bytes] = None) -> None:
+        s = self.state
+        self.journal.append(durable.Entry(kind, data, (s.epoch, s.applied), image))
+        self.journal_bytes += len(data or b"") + len(image or b"")
+        if image is not None:
+            self.journal_bytes, self.image_bytes = 0, len(image)
+        elif self.journal_bytes > max(self.config.journal_compact_bytes, 2 * self.image_bytes):
+            # compaction: the state as it is, beside the log (one pass over its messages;
+            # amortized, the log grows twice the state's size first)
+            img = durable.image(s, self.uid)
+            self.journal.append(durable.Entry(durable.SNAP, None, None, img))
+            self.stats["journal_compactions"] += 1
+            self.journal_bytes, self.image_bytes = 0, len(img)
 
     def close(self) -> None:
         self._end_update()
@@ -547,11 +599,13 @@ class Replica:
     # ======================================================================================
     # applying batches
     # ======================================================================================
-    def _apply(self, sender: bytes, obj: list) -> None:
+    def _apply(self, sender: bytes, obj: list, raw: bytes) -> None:
         _, epoch, cmds = obj
         s = self.state
         results = s.apply(sender, epoch, cmds)
         self.stats["batches_applied"] += 1
+        if self.durable:
+            self._journal(durable.REC, durable.batch_record(sender, raw))
         self.report_to.add(sender)
         if sender == self.uid:
             pos = s.applied
@@ -679,9 +733,11 @@ class Replica:
         members = s.holders()
         need = len(members) // 2 + 1
         vals = []
+        mine = self._mine()
         for m in members:
             if m == self.uid:
-                vals.append(s.applied)
+                if mine[0] == s.epoch:
+                    vals.append(mine[1])
             else:
                 a = self.acks.get(m)
                 if a is not None and a[0] == s.epoch:
@@ -783,8 +839,13 @@ class Replica:
             self._lose_primary("the last epoch's queues are not in the view")
             return
         best_members = positions[donor][2]
-        present = sum(1 for m in best_members if m in set(order))
+        # a member restarted from its journal stands for the incarnation that held its state
+        here = set(order).union(p[3] for p in positions.values() if p[3] is not None)
+        present = sum(1 for m in best_members if m in here)
         pid = self.view.primary_id
+        # the primary ids of a group whose every member restarted begin again; its epochs
+        # go on from its journals' (every member computes the same from the same exchange)
+        epoch = max(pid, max(p[0] for p in positions.values()) + 1)
         # exactly half of the epoch right before this primary view: primary only by the
         # even-split tie-breaker's lease, the stack's own decision against the same members
         # (the epoch's are the members of its primary view), which no other half can win;
@@ -800,11 +861,14 @@ class Replica:
             return
         self.arbs = arbs
         if self.config.arbitrator:
-            self.state.begin_epoch(pid, order, arbs)  # an empty state: the epoch, for our votes
+            self.state.begin_epoch(epoch, order, arbs)  # an empty state: the epoch, for votes
             self.phase, self.acks = Phase.ARBITER, {}
             return
         if positions[self.uid][:2] == best:
-            self.state.begin_epoch(pid, order, arbs)
+            self.state.begin_epoch(epoch, order, arbs)
+            self.was = None
+            if self.durable:
+                self._journal(durable.REC, durable.epoch_record(epoch, order, arbs, self.uid))
             stale = [a for a in self.view.members
                      if positions[a.uid][:2] != best and a.uid not in arbs]
             if donor == self.uid and stale:
@@ -838,7 +902,12 @@ class Replica:
         self._updated()
 
     def _updated(self) -> None:
-        self.state.set_arbiters(self.arbs)
+        s = self.state
+        s.set_arbiters(self.arbs)
+        self.was = None
+        if self.durable:
+            self._journal(durable.ADOPT, durable.adopt_record(s.epoch, s.applied),
+                          durable.image(s, self.uid))
         self.stats["snapshots_received"] += 1
         self.await_key, self.incoming = None, None
         held, self.held = self.held, []
@@ -911,8 +980,8 @@ class Replica:
                      key=lambda r: r.cseq)
         self.sent = {}
         if held:
-            for sender, obj in held:  # refused (old epoch) or applied, like everyone did
-                self._apply(sender, obj)
+            for sender, obj, raw in held:  # refused (old epoch) or applied, like everyone
+                self._apply(sender, obj, raw)
         if self.level > 1:  # what this build knows, once per epoch, ahead of our calls
             self._internal(None, LEVEL, cmd=[LEVEL, self.level])
         for r in old:
@@ -1001,18 +1070,21 @@ def arbitrators(positions: dict) -> set:
 
 
 def _positions(data: Any, order: list) -> Optional[dict]:
-    """{uid: (epoch, applied, members)} of every member in ``order`` from a state exchange's
-    announcements, or None when one is missing or malformed."""
+    """{uid: (epoch, applied, members, was)} of every member in ``order`` from a state
+    exchange's announcements (``was``: None unless the member's state came from its journal),
+    or None when one is missing or malformed."""
     if type(data) is not dict:
         return None
     out = {}
     for uid in order:
         p = data.get(uid)
-        if type(p) is not list or len(p) != 3:
+        if type(p) is not list or len(p) not in (3, 4):
             return None
-        epoch, applied, members = p
+        epoch, applied, members, *was = p
+        was = was[0] if was else None
         if type(epoch) is not int or type(applied) is not int or type(members) is not list \
-                or not all(type(m) is bytes for m in members):
+                or not all(type(m) is bytes for m in members) or \
+                (was is not None and type(was) is not bytes):
             return None
-        out[uid] = (epoch, applied, members)
+        out[uid] = (epoch, applied, members, was)
     return out

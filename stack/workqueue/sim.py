@@ -14,7 +14,8 @@ state exchange (``Stack.exchange_handlers``), and joiners get the state from the
 re-entering the stack), and waits while the stack refuses (a flush, flow control).
 ``restart()`` restarts the member as a fresh incarnation with a fresh replica. ``skew_s``
 sets the member's wall clock ahead of (or behind) the simulation's: the timestamps its
-publishes carry and the cut-off of its EXPIREs.
+publishes carry and the cut-off of its EXPIREs. ``journal``: a ``SimJournal`` makes the
+replica durable; it outlives the member, and a restart recovers the replica from it.
 """
 from __future__ import annotations
 
@@ -22,15 +23,18 @@ from typing import Any, Callable, Optional
 
 from ..errors import RaygroupsError
 from ..view import ViewChange
+from . import durable
 from .config import WorkQueueConfig
 from .replica import Delivery, Phase, Replica, Request
+from .state import QueueState
 
 
 class SimQueues:
     def __init__(self, sim: Any, member: Any, config: Optional[WorkQueueConfig] = None,
                  listener: Optional[Callable[["SimQueues", tuple], None]] = None,
-                 skew_s: float = 0.0):
+                 skew_s: float = 0.0, journal: Any = None):
         self.sim, self.member = sim, member
+        self.journal = journal
         self.skew_s = skew_s
         self.config = config or WorkQueueConfig()
         self.listener = listener
@@ -57,8 +61,26 @@ class SimQueues:
     def _attach(self) -> None:
         m = self.member
         self.incarnation = m.incarnation
+        recovered = None
+        j = self.journal
+        if j is not None:
+            cfg = self.config
+            state = QueueState(cfg.max_depth, cfg.max_bytes, cfg.max_message_size)
+            replayed = durable.replay(state, *j.recovered())
+            if replayed.cut:
+                j.restart_snapshot(durable.image(state, replayed.was or b""))
+            recovered = (state, replayed.was)
         self.replica = Replica(m.stack.local, self.config, clock=lambda: self.sim.now,
-                               wall=lambda: self.sim.now + self.skew_s)
+                               wall=lambda: self.sim.now + self.skew_s,
+                               durable=j is not None, recovered=recovered)
+        if j is not None:
+            replica = self.replica
+
+            def on_durable(pos: tuple) -> None:
+                if replica is self.replica and self._current():
+                    replica.on_durable(pos)
+                    self._kick()
+            j.on_durable = on_durable
         if self.listener is not None:
             self.replica.state.listener = lambda ev: self.listener(self, ev)
         replica = self.replica
@@ -75,11 +97,15 @@ class SimQueues:
         """Crash the member if alive and boot a fresh incarnation with a fresh replica."""
         if self.replica is not None:
             self.replica.close()
+        if self.journal is not None:
+            self.journal.crash()
         self.sim.restart(self.member)
         self._attach()
 
     def crash(self) -> None:
         self.sim.crash(self.member)
+        if self.journal is not None:
+            self.journal.crash()
 
     def _on_messages(self, _member: Any, batch: list) -> None:
         if not self._current():
@@ -100,6 +126,8 @@ class SimQueues:
         if not self._current():
             self.pending = []
             return
+        if self.journal is not None:
+            self.journal.write(self.replica.take_journal(), self.member)
         self.pending.extend(self.replica.take_outgoing())
         m = self.member
         i = 0

@@ -51,6 +51,21 @@ class History:
         self.counters = defaultdict(int)
         self.primary_at_send = []
         self.asked_to_leave = set()  # member names
+        self.before: set = set()
+        """Incarnation uids of an earlier era: every member crashed after them, and the
+        primary components begin a lineage again (``new_era``)."""
+
+    def new_era(self) -> None:
+        """Every member is down (a power cut): the primary checks leave out the views of
+        every incarnation so far (the primary ids of the next era begin again)."""
+        for m in self.sim.members:
+            self.before.update(m.uids)
+
+    def _views(self, m) -> list:
+        """m's views in this era."""
+        if not self.before:
+            return m.views
+        return [v for v in m.views if not any(a.uid in self.before for a in v.members)]
 
     def leave(self, m) -> None:
         """The application of m leaves the group."""
@@ -138,7 +153,7 @@ class History:
         self.check_one_primary_per_id()
         self.check_primary_lineage()
         for m in self.sim.members:
-            for v in m.views:
+            for v in self._views(m):
                 if not v.primary and v.primary_id != 0:
                     self.fail(f"{m.name}: non-primary {v.view_id} has primary id {v.primary_id}")
         if not all(self.primary_at_send):
@@ -152,7 +167,7 @@ class History:
         by_pid = {}
         for m in self.sim.members:
             last = {}  # incarnation uid -> its last primary id
-            for v in m.views:
+            for v in self._views(m):
                 if not v.primary:
                     continue
                 members = frozenset(a.uid for a in v.members)
@@ -179,7 +194,7 @@ class History:
         primary still break the lineage: the later holds none of the earlier)."""
         comps = {}  # (primary id, view id) -> (a member that installed it, its member uids)
         for m in self.sim.members:
-            for v in m.views:
+            for v in self._views(m):
                 if v.primary:
                     comps.setdefault((v.primary_id, _vid(v)[::-1]),
                                      (m.name, frozenset(a.uid for a in v.members)))

@@ -1,5 +1,5 @@
 """The queue history checker can fail: each deliberate mutation of the
-work queue's lifecycle (and of the streamed update) makes ``QueueHistory.check`` report a violation on the lifecycle
+work queue's lifecycle (and of the streamed update, and of the journal's acknowledgements) makes ``QueueHistory.check`` report a violation on the lifecycle
 campaign's schedule (tests/sim/test_workqueue_lifecycle_sim.py) within a few seeds, while
 the same schedules pass unmutated (that campaign's own test)."""
 import pytest
@@ -9,6 +9,7 @@ from raygroups.stack.workqueue.replica import Replica
 from raygroups.stack.workqueue.state import FULL, OK, Queue, QueueState
 
 from .test_workqueue_lifecycle_sim import lifecycle_history
+from . import test_durable_queue_sim as durable_campaign
 from . import test_workqueue_sim as queue_campaign
 
 SEEDS = range(6)
@@ -16,22 +17,22 @@ SEEDS = range(6)
 
 def _purge_only_at_its_sender(apply):
     """PURGE applied by the member that sent it and dropped by every other replica."""
-    def patched(self, sender, obj):
+    def patched(self, sender, obj, *raw):
         if sender != self.uid and type(obj[2]) is list:
             obj = [obj[0], obj[1], [c for c in obj[2] if not (type(c) is list and len(c) > 1
                                                               and c[1] == PURGE)]]
-        apply(self, sender, obj)
+        apply(self, sender, obj, *raw)
     return patched
 
 
 def _expire_by_the_local_clock(apply):
     """Every replica expires by its own wall clock when it applies EXPIRE, not by the
     cut-off the command carries."""
-    def patched(self, sender, obj):
+    def patched(self, sender, obj, *raw):
         if type(obj[2]) is list:
             obj = [obj[0], obj[1], [[c[0], EXPIRE, self.wall()] if type(c) is list and
                                     len(c) > 1 and c[1] == EXPIRE else c for c in obj[2]]]
-        apply(self, sender, obj)
+        apply(self, sender, obj, *raw)
     return patched
 
 
@@ -106,3 +107,18 @@ def test_a_donor_without_copy_on_write_fails_the_queue_campaign(monkeypatch):
             print(f"seed {seed}: {str(e)[:200]}")
             return
     raise AssertionError("the queue campaign missed a donor without copy on write")
+
+
+def test_acknowledging_before_the_journal_syncs_fails_the_durable_campaign(monkeypatch):
+    """A durable replica that counts and reports what it applied, not what its journal
+    synced, acknowledges publishes that a power cut then loses: the durable campaign
+    (tests/sim/test_durable_queue_sim.py) catches it within a few seeds."""
+    monkeypatch.setattr(Replica, "_mine", lambda self: (self.state.epoch, self.state.applied))
+    for seed in range(6):
+        try:
+            durable_campaign.test_a_durable_queue_loses_no_acknowledged_publish_when_every_member_crashes(seed)
+        except AssertionError as e:
+            assert "acknowledged publish" in str(e) and "was lost" in str(e), e
+            print(f"seed {seed}: {str(e)[:200]}")
+            return
+    raise AssertionError("the durable campaign missed acknowledgements before the sync")

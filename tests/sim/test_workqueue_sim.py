@@ -34,16 +34,17 @@ def one_view(drivers):
 
 
 def start(sim, n=N, cfg=CFG, wq=WQ, **kw):
-    """``kw``: SimQueues' (listener, skew_s: a callable of the member's index), and
-    ``prepare(i, driver)``, called before the member runs."""
+    """``kw``: SimQueues' (listener; skew_s and journal: callables of the member's
+    index), and ``prepare(i, driver)``, called before the member runs."""
     drivers = []
     skew = kw.pop("skew_s", lambda i: 0.0)
+    journal = kw.pop("journal", lambda i: None)
     prepare = kw.pop("prepare", lambda i, d: None)
     for i in range(n):
         if i:
             sim.run_for(sim.rng.uniform(0, 0.01))
         drivers.append(SimQueues(sim, sim.add_member("g", f"m{i}", cfg), wq,
-                                 skew_s=skew(i), **kw))
+                                 skew_s=skew(i), journal=journal(i), **kw))
         prepare(i, drivers[-1])
     sim.run_until(lambda: one_view(drivers) and all(d.active for d in drivers), 30,
                   "everyone active in one primary view")

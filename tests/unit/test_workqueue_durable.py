@@ -1,0 +1,197 @@
+"""Unit tests of durable queues (stack/workqueue/durable.py and the durable replica): what a
+replica journals, that it counts and reports only what is on disk, that replay gives its
+state back exactly, and that a group whose every member restarted from its journal forms
+its queue again (and waits when a majority of the last epoch did not come back). On the
+in-memory total-order bus of test_workqueue_state; the journal is a list."""
+from raygroups.stack.address import Address
+from raygroups.stack.workqueue import Phase, QueueState, Replica, WorkQueueConfig
+from raygroups.stack.workqueue import durable
+from raygroups.stack.workqueue.durable import ADOPT, REC, SNAP, Tracker
+from raygroups.stack.workqueue.replica import _positions
+
+from .test_workqueue_state import Bus
+
+CFG = WorkQueueConfig(interest_linger_s=0.0)
+
+
+class Disk:
+    """One member's journal: records and the last snapshot, as a restart reads them."""
+
+    def __init__(self):
+        self.records, self.snapshot, self.tracker, self.n = [], None, Tracker(), 0
+
+    def sync(self, r: Replica) -> None:
+        """Write everything the replica journaled, sync it, tell the replica."""
+        for e in r.take_journal():
+            if e.kind in (REC, ADOPT):
+                self.n += 1
+                self.records.append((self.n, e.data))
+                self.tracker.appended(self.n, e.pos, e.kind == ADOPT)
+            if e.kind in (ADOPT, SNAP):
+                self.snapshot = (self.n, e.image)
+                self.records = [x for x in self.records if x[0] > self.n]
+                if e.kind == ADOPT:
+                    self.tracker.snapshot_written(self.n)
+        pos = self.tracker.durable(self.n)
+        if pos is not None:
+            r.on_durable(pos)
+
+    def replay(self, cfg=CFG) -> tuple:
+        state = QueueState(cfg.max_depth, cfg.max_bytes, cfg.max_message_size)
+        out = durable.replay(state, self.snapshot[1] if self.snapshot else None,
+                             [d for _, d in self.records])
+        return state, out
+
+
+def durable_bus(n=3, cfg=CFG) -> tuple:
+    bus = Bus(n, cfg)
+    bus.replicas = [Replica(a, cfg, clock=lambda: bus.clock, durable=True) for a in bus.addrs]
+    return bus, [Disk() for _ in range(n)]
+
+
+def settle_all(bus, disks, rounds=5) -> None:
+    for _ in range(rounds):
+        bus.flush()
+        for r, d in zip(bus.replicas, disks):
+            d.sync(r)
+    bus.flush()
+
+
+def restarted(bus, disks, which, cfg=CFG) -> list:
+    """New incarnations (new uids) of the members ``which``, from their journals; the
+    others are fresh members with no journal."""
+    k = bus.counter + 10
+    bus.addrs = [Address(bytes([k + i]) * 16, f"m{i}") for i in range(len(bus.addrs))]
+    reps = []
+    for i, a in enumerate(bus.addrs):
+        if i in which:
+            state, out = disks[i].replay(cfg)
+            reps.append(Replica(a, cfg, clock=lambda: bus.clock, durable=True,
+                                recovered=(state, out.was)))
+        else:
+            reps.append(Replica(a, cfg, clock=lambda: bus.clock, durable=True))
+    bus.replicas = reps
+    bus.pid = 0  # the stack's primary components begin a lineage again
+    return reps
+
+
+def test_a_durable_call_completes_once_a_majority_has_it_on_disk():
+    bus, disks = durable_bus()
+    bus.view()
+    settle_all(bus, disks)
+    a, b, c = bus.replicas
+    a.create("q")
+    settle_all(bus, disks)
+    req = a.publish("q", b"x")
+    bus.flush()
+    assert all(r.state.queues["q"].depth == 1 for r in bus.replicas)  # applied everywhere
+    assert not req.done  # on no disk yet
+    disks[0].sync(a)
+    bus.flush()
+    assert not req.done  # one of three
+    disks[2].sync(c)
+    bus.flush()
+    assert req.done and req.error is None
+
+
+def test_replay_gives_the_state_back_exactly_through_epochs_and_compactions():
+    cfg = WorkQueueConfig(interest_linger_s=0.0, journal_compact_bytes=300)
+    bus, disks = durable_bus(3, cfg)
+    bus.view()
+    a, b, c = bus.replicas
+    a.create("q", "q.dead")
+    settle_all(bus, disks)
+    for i in range(30):
+        b.publish("q", b"m%d" % i)
+        if i % 7 == 0:
+            settle_all(bus, disks)
+    settle_all(bus, disks)
+    acq = c.acquire("q", 4)
+    settle_all(bus, disks)
+    c.settle("accept", acq.result[0])
+    c.settle("reject", acq.result[1])
+    settle_all(bus, disks)
+    bus.only(a, c)  # b cut off: a new epoch without it
+    settle_all(bus, disks)
+    a.publish("q", b"after")
+    settle_all(bus, disks)
+    assert a.stats["journal_compactions"] >= 1
+    for r, d in zip((a, c), (disks[0], disks[2])):
+        state, out = d.replay(cfg)
+        assert not out.cut and out.was == r.uid
+        assert (state.epoch, state.applied) == (r.state.epoch, r.state.applied)
+        assert state.digest() == r.state.digest()
+        assert state.levels == r.state.levels
+
+
+def test_replay_stops_at_an_adoption_whose_snapshot_never_came():
+    bus, disks = durable_bus()
+    bus.view()
+    a, b, c = bus.replicas
+    a.create("q")
+    settle_all(bus, disks)
+    before = (c.state.epoch, c.state.applied, c.state.digest())
+    bus.only(a, b)
+    a.publish("q", b"while c was away")
+    settle_all(bus, disks)
+    bus.cut = set()
+    bus.view()  # c is stale: it adopts a's state
+    entries = c.take_journal()
+    assert [e.kind for e in entries][:1] == [ADOPT]
+    # the marker and what came after it reached the disk, the snapshot did not
+    disks[2].records += [(100 + i, e.data) for i, e in enumerate(entries) if e.data]
+    state, out = disks[2].replay()
+    assert out.cut
+    assert (state.epoch, state.applied, state.digest()) == before
+
+
+def test_positions_after_an_adoption_wait_for_its_snapshot():
+    t = Tracker()
+    t.appended(1, (1, 1))
+    t.appended(2, (2, 0), adopt=True)
+    t.appended(3, (2, 1))
+    assert t.durable(3) == (1, 1)  # the adopted state is not on disk yet
+    assert t.durable(3) is None
+    t.snapshot_written(2)
+    assert t.durable(3) == (2, 1)
+
+
+def test_every_member_restarted_from_its_journal_forms_the_queue_again():
+    bus, disks = durable_bus()
+    bus.view()
+    a, b, c = bus.replicas
+    a.create("q")
+    reqs = [b.publish("q", b"m%d" % i) for i in range(5)]
+    settle_all(bus, disks)
+    assert all(r.done and r.error is None for r in reqs)
+    old_epoch, old_uids = a.state.epoch, [r.uid for r in bus.replicas]
+    reps = restarted(bus, disks, which={0, 1, 2})
+    for r, old in zip(reps, old_uids):
+        assert r.exchange_data()[3] == old  # it stands for its old incarnation
+    bus.view()  # primary id 1 again, below the journals' epoch
+    assert all(r.phase is Phase.ACTIVE for r in reps)
+    assert all(r.state.epoch > old_epoch for r in reps)
+    assert all(len(r.exchange_data()) == 3 for r in reps)
+    acq = reps[2].acquire("q", 5)
+    settle_all(bus, disks)
+    assert sorted(d.body for d in acq.result) == [b"m%d" % i for i in range(5)]
+
+
+def test_without_a_majority_of_the_last_epoch_back_the_queue_waits():
+    bus, disks = durable_bus()
+    bus.view()
+    a, b, c = bus.replicas
+    a.create("q")
+    b.publish("q", b"kept")
+    settle_all(bus, disks)
+    reps = restarted(bus, disks, which={0})  # one journal of three; two fresh members
+    bus.view()
+    assert all(r.phase is Phase.NOT_PRIMARY for r in reps)
+    assert reps[0].stats["no_quorum"] == 1
+
+
+def test_a_malformed_incarnation_in_a_position_is_refused():
+    order = [b"a" * 16]
+    assert _positions({order[0]: [1, 2, [order[0]], b"x" * 16]}, order) is not None
+    assert _positions({order[0]: [1, 2, [order[0]], "not bytes"]}, order) is None
+    assert _positions({order[0]: [1, 2, [order[0]], b"x", 5]}, order) is None
