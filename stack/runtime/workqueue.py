@@ -17,6 +17,14 @@ Calls complete when their ordered message was delivered and applied by a majorit
 epoch's members (see stack/workqueue/replica.py); calls made in the same loop turn travel
 in one multicast. Every member of the group must run the service: each primary view starts
 its epoch from every member's position in that view's state exchange.
+
+Durable queues: ``WorkQueues(ch, journal_dir=...)`` journals every queue of this member in
+that directory (stack/runtime/queue_journal.py), and a call completes once a majority has
+it on disk. A member started on a journal recovers its queues from it; a group whose every
+member restarted forms its queues again from the most advanced journal among a majority of
+the last epoch's members (the others are updated from it). A journal of another group
+raises ``JournalMismatch`` here. A member whose journal fails (a full disk) leaves the
+group: its calls raise ``QueueDiskError``.
 """
 from __future__ import annotations
 
@@ -29,10 +37,12 @@ from typing import Any, Iterable, Optional
 from ..errors import GroupClosed, NotPrimary, RaygroupsError
 from ..view import Left, ViewChange
 from ..workqueue.config import WorkQueueConfig
-from ..workqueue.errors import AcquireTimeout, QueueClosed
+from ..errors import JournalError
+from ..workqueue.errors import AcquireTimeout, QueueClosed, QueueDiskError
 from ..workqueue.replica import Delivery as _Acquired
 from ..workqueue.replica import Phase, Replica, Request, arbitrators
 from .channel import Channel
+from .queue_journal import QueueJournal
 
 log = logging.getLogger("raygroups.workqueue")
 
@@ -181,11 +191,15 @@ class WorkQueue:
 class WorkQueues:
     """The work queue service of one Channel. Create it before ``channel.connect()``."""
 
-    def __init__(self, channel: Channel, config: Optional[WorkQueueConfig] = None):
+    def __init__(self, channel: Channel, config: Optional[WorkQueueConfig] = None,
+                 journal_dir: Optional[str] = None):
+        """``journal_dir``: durable queues, journaled there (opened and replayed now)."""
         if channel.stack is not None:
             raise RuntimeError("create WorkQueues before connecting the channel")
         self.channel = channel
         self.config = config or WorkQueueConfig()
+        self.journal = QueueJournal(journal_dir, channel.cluster, self.config) \
+            if journal_dir is not None else None
         self.replica: Optional[Replica] = None
         self._outq: collections.deque = collections.deque()
         self._flush_scheduled = False
@@ -193,6 +207,7 @@ class WorkQueues:
         self._ticker: Optional[asyncio.Task] = None
         self._wake: Optional[asyncio.Event] = None
         self._closed = False
+        self._closed_by: Optional[QueueClosed] = None
         self.send_errors = 0
         self._arbs: set = set()  # the arbitrators of the last state exchange
         # deliveries pass through us first, synchronously, in delivery order
@@ -207,8 +222,12 @@ class WorkQueues:
             if self.channel.stack is None:
                 raise GroupClosed("connect() the channel first")
             loop = asyncio.get_running_loop()
+            j = self.journal
             self.replica = Replica(self.channel.stack.local, self.config, clock=loop.time,
-                                   wall=time.time)
+                                   wall=time.time, durable=j is not None,
+                                   recovered=j.recovered if j is not None else None)
+            if j is not None:
+                j.start(loop, self._on_durable, self._on_journal_error)
             self._wake = asyncio.Event()
             self._sender = loop.create_task(self._send_loop())
             self._ticker = loop.create_task(self._tick_loop())
@@ -258,10 +277,33 @@ class WorkQueues:
         self._flush_scheduled = False
         if self.replica is None or self._closed:
             return
+        if self.journal is not None:
+            self.journal.write(self.replica.take_journal())
         out = self.replica.take_outgoing()
         if out:
             self._outq.extend(out)
             self._wake.set()
+
+    def _on_durable(self, pos: tuple) -> None:
+        if self.replica is not None and not self._closed:
+            self.replica.on_durable(pos)
+            self._after_input()
+
+    def _on_journal_error(self, err: JournalError) -> None:
+        """Fail-stop: the queues cannot be durable here any more; the member leaves."""
+        if self._closed:
+            return
+        log.error("%s: journal failed (%s); leaving the group", self.channel.name, err)
+        error = QueueDiskError(f"{self.channel.name}: its journal failed ({err}); it left "
+                               f"the group")
+        asyncio.get_running_loop().create_task(self._leave(error))
+
+    async def _leave(self, error: QueueDiskError) -> None:
+        await self.close(error)
+        try:
+            await self.channel.close()
+        except Exception:
+            log.exception("leaving after the journal failed")
 
     async def _send_loop(self) -> None:
         ch = self.channel
@@ -295,7 +337,7 @@ class WorkQueues:
     # -- calls --------------------------------------------------------------------------
     def _future(self, make) -> tuple:
         if self._closed:
-            raise QueueClosed("the work queue service is closed")
+            raise self._closed_by or QueueClosed("the work queue service is closed")
         fut = asyncio.get_running_loop().create_future()
 
         def done(req: Request) -> None:
@@ -311,7 +353,7 @@ class WorkQueues:
         """Many calls, one future: the requests once all completed; raises the first
         error (after all completed)."""
         if self._closed:
-            raise QueueClosed("the work queue service is closed")
+            raise self._closed_by or QueueClosed("the work queue service is closed")
         self._replica()
         fut = asyncio.get_running_loop().create_future()
         left = [len(makers)]
@@ -367,14 +409,18 @@ class WorkQueues:
     def info(self) -> dict:
         return self._replica().info()
 
-    async def close(self) -> None:
+    async def close(self, error: Optional[QueueClosed] = None) -> None:
         """Fail what is under way (QueueClosed, or QueueOutcomeUnknown for calls already
-        sent) and stop; the channel stays as it is."""
+        sent) and stop; the channel stays as it is. The journal syncs what it holds and
+        closes."""
         if self._closed:
             return
         if self.replica is not None:
-            self.replica.close()
+            self.replica.close(error)
         self._closed = True
+        self._closed_by = error
+        if self.journal is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.journal.close)
         for t in (self._sender, self._ticker):
             if t is not None:
                 t.cancel()
@@ -386,9 +432,10 @@ class QueueChannel(Channel):
     """A Channel with the work queue service on top (``channel.queues``)."""
 
     def __init__(self, cluster: str, name: Optional[str] = None, config=None,
-                 queue_config: Optional[WorkQueueConfig] = None, **kwargs: Any):
+                 queue_config: Optional[WorkQueueConfig] = None,
+                 journal_dir: Optional[str] = None, **kwargs: Any):
         super().__init__(cluster, name, config, **kwargs)
-        self.queues = WorkQueues(self, queue_config)
+        self.queues = WorkQueues(self, queue_config, journal_dir)
 
     async def queue(self, name: str, alternate: Optional[str] = None, **limits) -> WorkQueue:
         return await self.queues.queue(name, alternate, **limits)

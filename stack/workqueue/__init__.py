@@ -13,12 +13,12 @@ ordered, virtually synchronous delivery, so every member holds the same queues.
 """
 from .config import WorkQueueConfig
 from .errors import (AcquireTimeout, NoSuchQueue, NotAcquired, QueueArbitrator, QueueClosed,
-                     QueueError, QueueFull, QueueNotPrimary, QueueOutcomeUnknown,
+                     QueueDiskError, QueueError, QueueFull, QueueNotPrimary, QueueOutcomeUnknown,
                      QueueUnsupported, StaleEpoch)
 from .replica import Delivery, Phase, Replica, Request
 from .state import QueueState
 
 __all__ = ["AcquireTimeout", "Delivery", "NoSuchQueue", "NotAcquired", "Phase",
-           "QueueArbitrator", "QueueClosed",
+           "QueueArbitrator", "QueueClosed", "QueueDiskError",
            "QueueError", "QueueFull", "QueueNotPrimary", "QueueOutcomeUnknown", "QueueState",
            "QueueUnsupported", "Replica", "Request", "StaleEpoch", "WorkQueueConfig"]

@@ -58,3 +58,10 @@ class QueueArbitrator(QueueError):
 
 class QueueClosed(QueueError):
     """The service was closed."""
+
+
+class QueueDiskError(QueueClosed):
+    """This member's journal failed (a full disk, an I/O error, a disk that cannot keep up):
+    durable queues cannot go on here, so the member left the group (fail-stop, as a broker
+    whose store fails shuts down). Calls not sent did not take effect; calls under way fail
+    with QueueOutcomeUnknown. Nothing was acknowledged that is not on a majority's disks."""

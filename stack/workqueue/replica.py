@@ -227,6 +227,7 @@ class Replica:
         self.local_queues: dict = {}          # name -> _Local
         self.live: dict = {}                  # token -> Delivery handed to consumers
         self.stats = collections.Counter()
+        self.closed_by: Optional[Exception] = None
 
     # ======================================================================================
     # inputs from the driver
@@ -393,12 +394,13 @@ class Replica:
             self.stats["journal_compactions"] += 1
             self.journal_bytes, self.image_bytes = 0, len(img)
 
-    def close(self) -> None:
+    def close(self, error: Optional[QueueClosed] = None) -> None:
+        """Fail every call (``error``, default QueueClosed; QueueOutcomeUnknown for those
+        under way) and stop; later calls raise ``error`` too."""
         self._end_update()
-        self._fail_all(QueueClosed("the work queue service was closed"),
-                       QueueOutcomeUnknown("the work queue service was closed with the call "
-                                           "under way"))
-        self.phase = Phase.CLOSED
+        err = error or QueueClosed("the work queue service was closed")
+        self._fail_all(err, QueueOutcomeUnknown(f"{err} (with the call under way)"))
+        self.phase, self.closed_by = Phase.CLOSED, err
 
     # ======================================================================================
     # API
@@ -462,7 +464,8 @@ class Replica:
             self._finish(req, error=self._arbitrator())
             return req
         if self.phase is Phase.NOT_PRIMARY or self.phase is Phase.CLOSED:
-            self._finish(req, error=self._not_primary())
+            self._finish(req, error=self._not_primary() if self.phase is Phase.NOT_PRIMARY
+                         else self.closed_by)
             return req
         lq = self._lq(queue)
         lq.waiters.append(req)
@@ -508,6 +511,8 @@ class Replica:
             self._finish(req, error=self._arbitrator())
         elif self.phase in (Phase.AWAIT_SNAPSHOT, Phase.IDLE):
             self.unsent.append(req)
+        elif self.phase is Phase.CLOSED:
+            self._finish(req, error=self.closed_by)
         else:
             self._finish(req, error=self._not_primary())
         return req

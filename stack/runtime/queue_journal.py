@@ -1,0 +1,149 @@
+"""A durable replica's journal on disk (stack/workqueue/durable.py over journal.py): it
+recovers the replica's state when the member starts, appends what the replica journals
+from the member's loop, and syncs on one worker thread, in groups (one fdatasync for
+whatever was appended while the last one ran), then tells the loop what is durable.
+
+    qj = QueueJournal("/tmp/ray/raygroups/journal/orders/m0", "orders", WorkQueueConfig())
+    replica = Replica(local, cfg, durable=True, recovered=qj.recovered)
+    qj.start(loop, replica.on_durable, on_error)      # then qj.write(replica.take_journal())
+
+Snapshots (an adopted state, a compaction) are written by the same thread once the record
+they cover is durable; positions after an adoption are durable only once its snapshot is.
+Any journal error (``JournalFull``, ``JournalFailed``, ``JournalBacklog``: the disk does not
+keep up) is handed to ``on_error`` once, on the loop, and the journal stops: the member
+must stop serving durable queues (WorkQueues leaves the group).
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import threading
+from typing import Callable, Optional
+
+from ..errors import JournalError
+from ..workqueue import durable
+from ..workqueue.config import WorkQueueConfig
+from ..workqueue.durable import ADOPT, REC, SNAP, Tracker
+from ..workqueue.state import QueueState
+from .journal import Journal, JournalConfig
+
+CHUNK = 16 << 20  # a snapshot's chunk (the journal frames each)
+
+
+class QueueJournal:
+    def __init__(self, directory: str, group: str, config: WorkQueueConfig,
+                 journal_config: Optional[JournalConfig] = None):
+        """Opens the journal (``JournalMismatch``: it is another group's; ``JournalCorrupt``)
+        and replays it: ``recovered`` is (state, incarnation) for the replica, or None when
+        the journal was empty."""
+        room = config.max_message_size + (1 << 20)  # one batch holds one body at most
+        jc = journal_config or JournalConfig(max_record_bytes=room,
+                                             max_unsynced_bytes=max(256 << 20, 2 * room))
+        self.journal = Journal(directory, group, jc)
+        found = self.journal.open()
+        try:
+            state = QueueState(config.max_depth, config.max_bytes, config.max_message_size)
+            out = durable.replay(state, found.snapshot_bytes(),
+                                 (data for _n, data in found.records()))
+            if out.cut:  # an adoption's snapshot never completed: this state, at once
+                self.journal.write_snapshot(_chunks(durable.image(state, out.was or b"")),
+                                            found.last)
+        except BaseException:
+            self.journal.close()
+            raise
+        self.replayed = out
+        self.recovered = (state, out.was) if found.last else None
+        self.tracker = Tracker()
+        self.snaps: collections.deque = collections.deque()  # (upto, image, adopt)
+        self.wake = threading.Event()
+        self.closed = False
+        self.failed: Optional[JournalError] = None
+        self.thread: Optional[threading.Thread] = None
+        self.loop: Optional[asyncio.AbstractEventLoop] = None
+        self.on_durable: Callable[[tuple], None] = lambda pos: None
+        self.on_error: Callable[[JournalError], None] = lambda e: None
+
+    def start(self, loop: asyncio.AbstractEventLoop, on_durable: Callable[[tuple], None],
+              on_error: Callable[[JournalError], None]) -> None:
+        self.loop, self.on_durable, self.on_error = loop, on_durable, on_error
+        self.thread = threading.Thread(target=self._run, name="raygroups-journal", daemon=True)
+        self.thread.start()
+
+    # -- on the loop ------------------------------------------------------------------------
+    def write(self, entries: list) -> None:
+        """The replica's ``take_journal()``, in order."""
+        if not entries or self.failed is not None:
+            return
+        try:
+            for e in entries:
+                if e.kind in (REC, ADOPT):
+                    n = self.journal.append(e.data)
+                    self.tracker.appended(n, e.pos, adopt=e.kind == ADOPT)
+                    if e.kind == ADOPT:
+                        self.snaps.append((n, e.image, True))
+                elif e.kind == SNAP:
+                    self.snaps.append((self.journal.last_appended, e.image, False))
+        except JournalError as err:
+            self._fail(err)
+            return
+        self.wake.set()
+
+    def _synced(self, upto: int, adopted: list) -> None:
+        for n in adopted:
+            self.tracker.snapshot_written(n)
+        pos = self.tracker.durable(upto)
+        if pos is not None and self.failed is None:
+            self.on_durable(pos)
+
+    def _fail(self, err: JournalError) -> None:
+        if self.failed is None:
+            self.failed = err
+            self.wake.set()
+            self.on_error(err)
+
+    # -- the worker thread ------------------------------------------------------------------
+    def _run(self) -> None:
+        j = self.journal
+        while not self.closed and self.failed is None:
+            self.wake.wait()
+            self.wake.clear()
+            if self.closed or self.failed is not None:
+                return
+            try:
+                upto = j.sync()
+                adopted = []
+                while self.snaps and self.snaps[0][0] <= upto:
+                    n, img, adopt = self.snaps.popleft()
+                    j.write_snapshot(_chunks(img), n)
+                    if adopt:
+                        adopted.append(n)
+            except JournalError as err:
+                self._call(self._fail, err)
+                return
+            self._call(self._synced, upto, adopted)
+            if j.unsynced_bytes or (self.snaps and self.snaps[0][0] <= j.last_appended):
+                self.wake.set()
+
+    def _call(self, fn, *args) -> None:
+        try:
+            self.loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:
+            pass  # the loop is closed: nobody waits for it any more
+
+    def close(self) -> None:
+        """Sync what was appended (best effort), stop the thread, close the files."""
+        self.closed = True
+        self.wake.set()
+        if self.thread is not None:
+            self.thread.join(timeout=30)
+        if self.failed is None:
+            try:
+                self.journal.sync()
+            except JournalError:
+                pass
+        self.journal.close()
+
+
+def _chunks(img: bytes):
+    mv = memoryview(img)
+    return [mv[i:i + CHUNK] for i in range(0, len(mv), CHUNK)] or [b""]
