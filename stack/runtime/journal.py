@@ -1,7 +1,8 @@
 """A journal per member for durable queues: an append-only segment log with checksummed
 records, group commit (one fdatasync per ``sync()``, whatever was appended since the last),
 snapshots and compaction. The store was chosen by measurement (bench/journal_store.py,
-docs/architecture.md, "The journal"); nothing wires it into the work queue yet.
+docs/architecture.md, "The journal and durable queues"); durable work queues use it through
+stack/runtime/queue_journal.py.
 
 Files, all in one directory per member (``JournalConfig`` sets their modes, 0700 / 0600):
 

@@ -16,10 +16,18 @@ Records, in the order the replica applied what they hold (codec-encoded lists):
   update); the state itself goes into the journal's next snapshot, written with ``upto``
   this record. Replay that meets the marker (its snapshot never completed) stops there:
   the records after it belong to the adopted state, which is not on disk.
+* ``[J_ME, uid]``: an incarnation of the member began on this journal (its first record).
 
-A journal snapshot (an ``image``) is ``[QueueState.snapshot(), levels, arbitrators, me]``:
-the two fields a state snapshot leaves out (they are the epoch's, set again at the next
-epoch, but batches applied after a mid-epoch compaction depend on them).
+A journal snapshot (an ``image``) is ``[QueueState.snapshot(), levels, arbitrators,
+incarnations]``: the two fields a state snapshot leaves out (they are the epoch's, set
+again at the next epoch, but batches applied after a mid-epoch compaction depend on them),
+and the incarnations that used the journal.
+
+Incarnations. Every incarnation that used a journal acknowledged only what it synced there,
+so the journal stands for each of them: a member restarted from it announces them all
+(the last ``MAX_INCARNATIONS``) and counts for any of them in an epoch's majority, also for
+an incarnation that was in an epoch whose state never reached this disk (it adopted that
+state and crashed before the snapshot: it acknowledged nothing of it).
 
 Durability: a position (epoch, batches applied) is durable once every record up to it is
 synced and, after an adoption, the snapshot holding the adopted state is written
@@ -36,7 +44,11 @@ import msgpack
 from . import codec
 from .state import QueueState
 
-J_EPOCH, J_BATCH, J_ADOPT = 0, 1, 2
+J_EPOCH, J_BATCH, J_ADOPT, J_ME = 0, 1, 2, 3
+MAX_INCARNATIONS = 16
+"""The incarnations a journal remembers (the newest): one that restarted more often than
+this counts for its oldest incarnations no longer, which may keep a queue waiting, never
+loses anything."""
 REC, ADOPT, SNAP = "record", "adopt", "snapshot"
 
 
@@ -63,14 +75,24 @@ def adopt_record(epoch: int, applied: int) -> bytes:
     return codec.encode([J_ADOPT, epoch, applied])
 
 
-def image(state: QueueState, me: bytes) -> bytes:
-    return msgpack.packb([state.snapshot(), dict(state.levels), sorted(state.arbiters), me],
-                         use_bin_type=True)
+def me_record(uid: bytes) -> bytes:
+    return codec.encode([J_ME, uid])
+
+
+def image(state: QueueState, incarnations: list) -> bytes:
+    return msgpack.packb([state.snapshot(), dict(state.levels), sorted(state.arbiters),
+                          list(incarnations)], use_bin_type=True)
+
+
+def remember(incarnations: list, uid: bytes) -> list:
+    """``incarnations`` with ``uid`` last, at most ``MAX_INCARNATIONS``."""
+    out = [u for u in incarnations if u != uid] + [uid]
+    return out[-MAX_INCARNATIONS:]
 
 
 class Replayed(NamedTuple):
-    was: Optional[bytes]
-    """The uid of the incarnation whose state this is (it wrote the last epoch or image)."""
+    incarnations: list
+    """The uids of the incarnations that used the journal, oldest first."""
     records: int
     """Records applied after the snapshot."""
     cut: bool
@@ -81,10 +103,10 @@ class Replayed(NamedTuple):
 def replay(state: QueueState, snapshot: Optional[bytes], records: Iterable[bytes]) -> Replayed:
     """Bring ``state`` (new, empty, no listener) to what the journal holds. Raises
     ValueError on a record this build cannot read (the journal is not a work queue's)."""
-    was = None
+    incs: list = []
     if snapshot is not None:
-        snap, levels, arbs, was = msgpack.unpackb(snapshot, raw=False, use_list=True,
-                                                  strict_map_key=False)
+        snap, levels, arbs, incs = msgpack.unpackb(snapshot, raw=False, use_list=True,
+                                                   strict_map_key=False)
         state.restore(snap)
         state.set_arbiters(arbs)
         state.levels = dict(levels)
@@ -98,15 +120,18 @@ def replay(state: QueueState, snapshot: Optional[bytes], records: Iterable[bytes
             _b, epoch, cmds = codec.decode(payload)
             state.apply(sender, epoch, cmds)
         elif kind == J_EPOCH:
-            _, epoch, members, arbs, was = obj
+            _, epoch, members, arbs, me = obj
             state.begin_epoch(epoch, members, arbs)
+            incs = remember(incs, me)
+        elif kind == J_ME:
+            incs = remember(incs, obj[1])
         elif kind == J_ADOPT:
-            return Replayed(was, n, True)
+            return Replayed(incs, n, True)
         else:
             raise ValueError(f"journal record of kind {kind!r}: not a work queue's")
         n += 1
     state.touched = set()
-    return Replayed(was, n, False)
+    return Replayed(incs, n, False)
 
 
 class Tracker:

@@ -45,7 +45,8 @@ import enum
 from typing import Any, Callable, Optional
 
 from ..errors import MessageTooLarge
-from . import codec, durable
+from . import codec
+from . import durable as journaling
 from .codec import (ACQUIRE, APPLIED, BATCH, CANCEL, CONSUME, CREATE, DECLARE, DELETE,
                     DEQUEUE, ENQUEUE, EXPIRE, LEVEL, OWNER_RELEASE, PURGE, REJECT, RELEASE,
                     SNAP, UPDATE, UPDATE_ACK)
@@ -184,9 +185,9 @@ class Replica:
         ``clock``: seconds, for timeouts and intervals (monotonic); ``wall``: seconds since
         the epoch, comparable across members, for message timestamps and EXPIRE's cut-off
         (default: ``clock``). ``durable``: the driver journals what ``take_journal`` returns
-        and reports what is on disk (``on_durable``); ``recovered``: (QueueState, the uid
-        of the incarnation that held it), replayed from this member's journal
-        (durable.py)."""
+        and reports what is on disk (``on_durable``); ``recovered``: (QueueState, the
+        uids of the incarnations that used the journal), replayed from this member's
+        journal (durable.py)."""
         self.config = cfg = config or WorkQueueConfig()
         self.local = local
         self.uid: bytes = local.uid
@@ -196,13 +197,15 @@ class Replica:
         self.next_expire = float("-inf")
         self.state = QueueState(cfg.max_depth, cfg.max_bytes, cfg.max_message_size)
         self.durable = durable and not cfg.arbitrator
-        self.was: Optional[bytes] = None      # the incarnation our recovered state was
+        self.before: list = []                # earlier incarnations on our journal
         if recovered is not None:
-            self.state, self.was = recovered
+            self.state, self.before = recovered[0], list(recovered[1])
         self.synced = (self.state.epoch, self.state.applied)  # on disk (durable)
-        self.journal: list = []               # durable.Entry for the driver
+        self.journal: list = []               # journaling.Entry for the driver
         self.journal_bytes = 0                # journaled since the last image
         self.image_bytes = 0                  # the last image's size
+        if self.durable:
+            self._journal(journaling.REC, journaling.me_record(self.uid))
         self.phase = Phase.IDLE
         self.view = None
         self.view_key: Optional[list] = None
@@ -235,12 +238,12 @@ class Replica:
     def exchange_data(self) -> list:
         """What this member announces in a view's state exchange: [epoch, batches applied
         in it, the epoch's members], and, from a member whose state came from its journal
-        and has not begun an epoch since, the uid of the incarnation that held that state
-        (it stands for that member in the epoch's majority)."""
+        and has not begun an epoch since, the uids of the earlier incarnations that used
+        the journal (it stands for each in an epoch's majority: durable.py)."""
         s = self.state
         out = [s.epoch, ARBITER if self.config.arbitrator else s.applied, list(s.members)]
-        if self.was is not None and self.uid not in s.members:
-            out.append(self.was)
+        if self.before and self.uid not in s.members:
+            out.append(list(self.before))
         return out
 
     def on_exchange(self, view_key: list, data: dict) -> None:
@@ -369,7 +372,7 @@ class Replica:
 
     # -- the journal (durable.py) ------------------------------------------------------------
     def take_journal(self) -> list:
-        """[durable.Entry] to write, in this order (a durable replica; else always [])."""
+        """[journaling.Entry] to write, in this order (a durable replica; else always [])."""
         out, self.journal = self.journal, []
         return out
 
@@ -380,17 +383,20 @@ class Replica:
             if self.phase is Phase.ACTIVE:
                 self._check_durable()
 
+    def _incarnations(self) -> list:
+        return journaling.remember(self.before, self.uid)
+
     def _journal(self, kind: str, data: Optional[bytes], image: Optional[bytes] = None) -> None:
         s = self.state
-        self.journal.append(durable.Entry(kind, data, (s.epoch, s.applied), image))
+        self.journal.append(journaling.Entry(kind, data, (s.epoch, s.applied), image))
         self.journal_bytes += len(data or b"") + len(image or b"")
         if image is not None:
             self.journal_bytes, self.image_bytes = 0, len(image)
         elif self.journal_bytes > max(self.config.journal_compact_bytes, 2 * self.image_bytes):
             # compaction: the state as it is, beside the log (one pass over its messages;
             # amortized, the log grows twice the state's size first)
-            img = durable.image(s, self.uid)
-            self.journal.append(durable.Entry(durable.SNAP, None, None, img))
+            img = journaling.image(s, self._incarnations())
+            self.journal.append(journaling.Entry(journaling.SNAP, None, None, img))
             self.stats["journal_compactions"] += 1
             self.journal_bytes, self.image_bytes = 0, len(img)
 
@@ -610,7 +616,7 @@ class Replica:
         results = s.apply(sender, epoch, cmds)
         self.stats["batches_applied"] += 1
         if self.durable:
-            self._journal(durable.REC, durable.batch_record(sender, raw))
+            self._journal(journaling.REC, journaling.batch_record(sender, raw))
         self.report_to.add(sender)
         if sender == self.uid:
             pos = s.applied
@@ -845,7 +851,7 @@ class Replica:
             return
         best_members = positions[donor][2]
         # a member restarted from its journal stands for the incarnation that held its state
-        here = set(order).union(p[3] for p in positions.values() if p[3] is not None)
+        here = set(order).union(*(p[3] for p in positions.values()))
         present = sum(1 for m in best_members if m in here)
         pid = self.view.primary_id
         # the primary ids of a group whose every member restarted begin again; its epochs
@@ -871,9 +877,9 @@ class Replica:
             return
         if positions[self.uid][:2] == best:
             self.state.begin_epoch(epoch, order, arbs)
-            self.was = None
             if self.durable:
-                self._journal(durable.REC, durable.epoch_record(epoch, order, arbs, self.uid))
+                self._journal(journaling.REC,
+                              journaling.epoch_record(epoch, order, arbs, self.uid))
             stale = [a for a in self.view.members
                      if positions[a.uid][:2] != best and a.uid not in arbs]
             if donor == self.uid and stale:
@@ -909,10 +915,9 @@ class Replica:
     def _updated(self) -> None:
         s = self.state
         s.set_arbiters(self.arbs)
-        self.was = None
         if self.durable:
-            self._journal(durable.ADOPT, durable.adopt_record(s.epoch, s.applied),
-                          durable.image(s, self.uid))
+            self._journal(journaling.ADOPT, journaling.adopt_record(s.epoch, s.applied),
+                          journaling.image(s, self._incarnations()))
         self.stats["snapshots_received"] += 1
         self.await_key, self.incoming = None, None
         held, self.held = self.held, []
@@ -1075,9 +1080,9 @@ def arbitrators(positions: dict) -> set:
 
 
 def _positions(data: Any, order: list) -> Optional[dict]:
-    """{uid: (epoch, applied, members, was)} of every member in ``order`` from a state
-    exchange's announcements (``was``: None unless the member's state came from its journal),
-    or None when one is missing or malformed."""
+    """{uid: (epoch, applied, members, earlier incarnations)} of every member in ``order``
+    from a state exchange's announcements (the incarnations: empty unless the member's state
+    came from its journal), or None when one is missing or malformed."""
     if type(data) is not dict:
         return None
     out = {}
@@ -1086,10 +1091,11 @@ def _positions(data: Any, order: list) -> Optional[dict]:
         if type(p) is not list or len(p) not in (3, 4):
             return None
         epoch, applied, members, *was = p
-        was = was[0] if was else None
+        was = was[0] if was else []
         if type(epoch) is not int or type(applied) is not int or type(members) is not list \
-                or not all(type(m) is bytes for m in members) or \
-                (was is not None and type(was) is not bytes):
+                or not all(type(m) is bytes for m in members) or type(was) is not list or \
+                len(was) > journaling.MAX_INCARNATIONS or \
+                not all(type(m) is bytes for m in was):
             return None
         out[uid] = (epoch, applied, members, was)
     return out

@@ -68,8 +68,8 @@ class SimQueues:
             state = QueueState(cfg.max_depth, cfg.max_bytes, cfg.max_message_size)
             replayed = durable.replay(state, *j.recovered())
             if replayed.cut:
-                j.restart_snapshot(durable.image(state, replayed.was or b""))
-            recovered = (state, replayed.was)
+                j.restart_snapshot(durable.image(state, replayed.incarnations))
+            recovered = (state, replayed.incarnations)
         self.replica = Replica(m.stack.local, self.config, clock=lambda: self.sim.now,
                                wall=lambda: self.sim.now + self.skew_s,
                                durable=j is not None, recovered=recovered)

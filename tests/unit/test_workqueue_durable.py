@@ -67,7 +67,7 @@ def restarted(bus, disks, which, cfg=CFG) -> list:
         if i in which:
             state, out = disks[i].replay(cfg)
             reps.append(Replica(a, cfg, clock=lambda: bus.clock, durable=True,
-                                recovered=(state, out.was)))
+                                recovered=(state, out.incarnations)))
         else:
             reps.append(Replica(a, cfg, clock=lambda: bus.clock, durable=True))
     bus.replicas = reps
@@ -118,7 +118,7 @@ def test_replay_gives_the_state_back_exactly_through_epochs_and_compactions():
     assert a.stats["journal_compactions"] >= 1
     for r, d in zip((a, c), (disks[0], disks[2])):
         state, out = d.replay(cfg)
-        assert not out.cut and out.was == r.uid
+        assert not out.cut and out.incarnations == [r.uid]
         assert (state.epoch, state.applied) == (r.state.epoch, r.state.applied)
         assert state.digest() == r.state.digest()
         assert state.levels == r.state.levels
@@ -167,7 +167,7 @@ def test_every_member_restarted_from_its_journal_forms_the_queue_again():
     old_epoch, old_uids = a.state.epoch, [r.uid for r in bus.replicas]
     reps = restarted(bus, disks, which={0, 1, 2})
     for r, old in zip(reps, old_uids):
-        assert r.exchange_data()[3] == old  # it stands for its old incarnation
+        assert r.exchange_data()[3] == [old]  # it stands for its old incarnation
     bus.view()  # primary id 1 again, below the journals' epoch
     assert all(r.phase is Phase.ACTIVE for r in reps)
     assert all(r.state.epoch > old_epoch for r in reps)
@@ -192,6 +192,8 @@ def test_without_a_majority_of_the_last_epoch_back_the_queue_waits():
 
 def test_a_malformed_incarnation_in_a_position_is_refused():
     order = [b"a" * 16]
-    assert _positions({order[0]: [1, 2, [order[0]], b"x" * 16]}, order) is not None
-    assert _positions({order[0]: [1, 2, [order[0]], "not bytes"]}, order) is None
-    assert _positions({order[0]: [1, 2, [order[0]], b"x", 5]}, order) is None
+    assert _positions({order[0]: [1, 2, [order[0]], [b"x" * 16]]}, order) is not None
+    assert _positions({order[0]: [1, 2, [order[0]], b"x" * 16]}, order) is None
+    assert _positions({order[0]: [1, 2, [order[0]], ["not bytes"]]}, order) is None
+    assert _positions({order[0]: [1, 2, [order[0]], [b"x"] * 17]}, order) is None
+    assert _positions({order[0]: [1, 2, [order[0]], [b"x"], 5]}, order) is None
