@@ -34,7 +34,7 @@ class QueueJournal:
     def __init__(self, directory: str, group: str, config: WorkQueueConfig,
                  journal_config: Optional[JournalConfig] = None):
         """Opens the journal (``JournalMismatch``: it is another group's; ``JournalCorrupt``)
-        and replays it: ``recovered`` is (state, incarnations) for the replica, or None when
+        and replays it: ``recovered`` is (state, incarnations, joint, base, key) for the replica, or None when
         the journal was empty."""
         room = config.max_message_size + (1 << 20)  # one batch holds one body at most
         jc = journal_config or JournalConfig(max_record_bytes=room,
@@ -46,13 +46,13 @@ class QueueJournal:
             out = durable.replay(state, found.snapshot_bytes(),
                                  (data for _n, data in found.records()))
             if out.cut:  # an adoption's snapshot never completed: this state, at once
-                self.journal.write_snapshot(_chunks(durable.image(state, out.incarnations)),
-                                            found.last)
+                img = durable.image(state, out.incarnations, [out.joint, out.base, out.key])
+                self.journal.write_snapshot(_chunks(img), found.last)
         except BaseException:
             self.journal.close()
             raise
         self.replayed = out
-        self.recovered = (state, out.incarnations) if found.last else None
+        self.recovered = (state, *out[:4]) if found.last else None
         self.tracker = Tracker()
         self.snaps: collections.deque = collections.deque()  # (upto, image, adopt)
         self.wake = threading.Event()

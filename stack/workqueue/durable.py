@@ -7,9 +7,9 @@ in groups, and tells the replica what became durable (``Replica.on_durable``) th
 
 Records, in the order the replica applied what they hold (codec-encoded lists):
 
-* ``[J_EPOCH, epoch, members, arbitrators, me]``: a primary view's epoch began from this
-  member's own state (``QueueState.begin_epoch``); ``me`` is the uid of the incarnation
-  that wrote it.
+* ``[J_EPOCH, epoch, members, arbitrators, me, info]``: a primary view's epoch began from
+  this member's own state (``QueueState.begin_epoch``); ``me`` is the uid of the
+  incarnation that wrote it; ``info`` is [joint, base, key] (below).
 * ``[J_BATCH, sender, payload]``: one ordered BATCH as delivered (its wire bytes: nothing
   is encoded twice), applied or refused whole (either way it counts in ``applied``).
 * ``[J_ADOPT, epoch, applied]``: this member took a donor's state (a snapshot or a streamed
@@ -17,11 +17,27 @@ Records, in the order the replica applied what they hold (codec-encoded lists):
   this record. Replay that meets the marker (its snapshot never completed) stops there:
   the records after it belong to the adopted state, which is not on disk.
 * ``[J_ME, uid]``: an incarnation of the member began on this journal (its first record).
+* ``[J_SEAL, epoch]``: the epoch is established (below).
 
 A journal snapshot (an ``image``) is ``[QueueState.snapshot(), levels, arbitrators,
 incarnations]``: the two fields a state snapshot leaves out (they are the epoch's, set
 again at the next epoch, but batches applied after a mid-epoch compaction depend on them),
 and the incarnations that used the journal.
+
+Establishment. A member restarted from its journal counts for the epoch its journal holds,
+but its incarnation may have gone on, in memory only, into a later epoch (it began it or
+took its state, and crashed before that reached the disk). Three members {1,2,3} form B;
+4 and 5 join (E); 1, 4 and 5 go on (F); a publish completes in F on 1, 4 and 5's disks;
+every member loses power; 2 and 3 restart on journals at B: a majority of B, they would
+form the queue from B without the publish. So each epoch carries ``joint``, the member
+lists of the epochs it came from since the last established one: it is established once
+most members of each list have it on disk (their reports of what is on disk, counted
+through the incarnations each stands for; the view's arbitrators count, as they hold no
+disk and a restarted arbitrator stands for nobody). Until then no call completes in it,
+and a view whose most advanced epoch is not established needs most members of each of
+those lists too (``J_SEAL`` journals the establishment; past ``MAX_JOINT`` lists the queue
+waits). Then every majority of any of those epochs holds a member whose disk has the later
+epoch, so a restart never forms the queue from an epoch something later moved on from.
 
 Incarnations. Every incarnation that used a journal acknowledged only what it synced there,
 so the journal stands for each of them: a member restarted from it announces them all
@@ -44,7 +60,10 @@ import msgpack
 from . import codec
 from .state import QueueState
 
-J_EPOCH, J_BATCH, J_ADOPT, J_ME = 0, 1, 2, 3
+J_EPOCH, J_BATCH, J_ADOPT, J_ME, J_SEAL = 0, 1, 2, 3, 4
+MAX_JOINT = 8
+"""Epochs in a row formed before the one they came from was established: past this the
+queue waits (a view change per fsync, for ever, is not a group that gets work done)."""
 MAX_INCARNATIONS = 16
 """The incarnations a journal remembers (the newest): one that restarted more often than
 this counts for its oldest incarnations no longer, which may keep a queue waiting, never
@@ -63,8 +82,12 @@ class Entry(NamedTuple):
     image: Optional[bytes] = None
 
 
-def epoch_record(epoch: int, members: list, arbitrators, me: bytes) -> bytes:
-    return codec.encode([J_EPOCH, epoch, list(members), sorted(arbitrators), me])
+def epoch_record(epoch: int, members: list, arbitrators, me: bytes, info: list) -> bytes:
+    return codec.encode([J_EPOCH, epoch, list(members), sorted(arbitrators), me, info])
+
+
+def seal_record(epoch: int) -> bytes:
+    return codec.encode([J_SEAL, epoch])
 
 
 def batch_record(sender: bytes, payload: bytes) -> bytes:
@@ -79,9 +102,9 @@ def me_record(uid: bytes) -> bytes:
     return codec.encode([J_ME, uid])
 
 
-def image(state: QueueState, incarnations: list) -> bytes:
+def image(state: QueueState, incarnations: list, info: list) -> bytes:
     return msgpack.packb([state.snapshot(), dict(state.levels), sorted(state.arbiters),
-                          list(incarnations)], use_bin_type=True)
+                          list(incarnations), info], use_bin_type=True)
 
 
 def remember(incarnations: list, uid: bytes) -> list:
@@ -93,6 +116,12 @@ def remember(incarnations: list, uid: bytes) -> list:
 class Replayed(NamedTuple):
     incarnations: list
     """The uids of the incarnations that used the journal, oldest first."""
+    joint: list
+    """The member lists the state's epoch was still to be established at (none: it was)."""
+    base: list
+    """[epoch, applied]: the established position a provisional epoch came from."""
+    key: list
+    """The view key of the formation of the state's epoch."""
     records: int
     """Records applied after the snapshot."""
     cut: bool
@@ -104,9 +133,10 @@ def replay(state: QueueState, snapshot: Optional[bytes], records: Iterable[bytes
     """Bring ``state`` (new, empty, no listener) to what the journal holds. Raises
     ValueError on a record this build cannot read (the journal is not a work queue's)."""
     incs: list = []
+    info: list = [[], [], []]
     if snapshot is not None:
-        snap, levels, arbs, incs = msgpack.unpackb(snapshot, raw=False, use_list=True,
-                                                   strict_map_key=False)
+        snap, levels, arbs, incs, info = msgpack.unpackb(snapshot, raw=False, use_list=True,
+                                                         strict_map_key=False)
         state.restore(snap)
         state.set_arbiters(arbs)
         state.levels = dict(levels)
@@ -120,18 +150,21 @@ def replay(state: QueueState, snapshot: Optional[bytes], records: Iterable[bytes
             _b, epoch, cmds = codec.decode(payload)
             state.apply(sender, epoch, cmds)
         elif kind == J_EPOCH:
-            _, epoch, members, arbs, me = obj
+            _, epoch, members, arbs, me, info = obj
             state.begin_epoch(epoch, members, arbs)
             incs = remember(incs, me)
         elif kind == J_ME:
             incs = remember(incs, obj[1])
+        elif kind == J_SEAL:
+            if obj[1] == state.epoch:
+                info = [[], [], info[2]]
         elif kind == J_ADOPT:
-            return Replayed(incs, n, True)
+            return Replayed(incs, *info, n, True)
         else:
             raise ValueError(f"journal record of kind {kind!r}: not a work queue's")
         n += 1
     state.touched = set()
-    return Replayed(incs, n, False)
+    return Replayed(incs, *info, n, False)
 
 
 class Tracker:

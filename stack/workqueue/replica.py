@@ -198,8 +198,13 @@ class Replica:
         self.state = QueueState(cfg.max_depth, cfg.max_bytes, cfg.max_message_size)
         self.durable = durable and not cfg.arbitrator
         self.before: list = []                # earlier incarnations on our journal
+        self.joint: list = []                 # member lists our epoch must be durable at
+        self.base: list = []                  # [epoch, applied] it came from, established
+        self.key: list = []                   # the view key of our epoch's formation
+        self.claims: dict = {}                # uid -> the incarnations it stands for
         if recovered is not None:
             self.state, self.before = recovered[0], list(recovered[1])
+            self.joint, self.base, self.key = (list(x) for x in recovered[2:5])
         self.synced = (self.state.epoch, self.state.applied)  # on disk (durable)
         self.journal: list = []               # journaling.Entry for the driver
         self.journal_bytes = 0                # journaled since the last image
@@ -237,13 +242,17 @@ class Replica:
     # ======================================================================================
     def exchange_data(self) -> list:
         """What this member announces in a view's state exchange: [epoch, batches applied
-        in it, the epoch's members], and, from a member whose state came from its journal
-        and has not begun an epoch since, the uids of the earlier incarnations that used
-        the journal (it stands for each in an epoch's majority: durable.py)."""
+        in it, the epoch's members], and, from a durable member (durable.py): the uids of
+        the earlier incarnations that used its journal (it stands for each in an epoch's
+        majority); while its epoch is not established, the member lists it must be
+        established at and the established position it came from; the view key of the
+        epoch's formation (two epochs formed apart may carry one number); whether its disk
+        has the epoch."""
         s = self.state
         out = [s.epoch, ARBITER if self.config.arbitrator else s.applied, list(s.members)]
-        if self.before and self.uid not in s.members:
-            out.append(list(self.before))
+        if self.durable:
+            out += [list(self.before), [list(x) for x in self.joint], list(self.base),
+                    list(self.key), self.synced[0] == s.epoch]
         return out
 
     def on_exchange(self, view_key: list, data: dict) -> None:
@@ -380,8 +389,30 @@ class Replica:
         """The journal holds everything up to queue position ``pos`` (epoch, applied)."""
         if tuple(pos) > self.synced:
             self.synced = tuple(pos)
-            if self.phase is Phase.ACTIVE:
-                self._check_durable()
+            self._check_durable()
+
+    def _established(self) -> bool:
+        """Our epoch is on the disk of most members of each epoch it came from (``joint``),
+        counted through the incarnations each member of the view stands for; arbitrators of
+        the view count (they hold no disk; restarted, they stand for nobody). Then it is
+        journaled as such and calls in it may complete."""
+        s = self.state
+        knows = set(self.arbs)
+        if self.synced[0] >= s.epoch:
+            knows.add(self.uid)
+        for m, a in self.acks.items():
+            if a[0] >= s.epoch:
+                knows.add(m)
+        stands = set().union(*(self.claims.get(m, {m}) for m in knows))
+        if any(2 * sum(1 for m in x if m in stands) <= len(x) for x in self.joint):
+            return False
+        self.joint = []
+        self.stats["epochs_established"] += 1
+        self._journal(journaling.REC, journaling.seal_record(s.epoch))
+        return True
+
+    def _epoch_info(self) -> list:
+        return [self.joint, self.base, self.key]
 
     def _incarnations(self) -> list:
         return journaling.remember(self.before, self.uid)
@@ -395,7 +426,7 @@ class Replica:
         elif self.journal_bytes > max(self.config.journal_compact_bytes, 2 * self.image_bytes):
             # compaction: the state as it is, beside the log (one pass over its messages;
             # amortized, the log grows twice the state's size first)
-            img = journaling.image(s, self._incarnations())
+            img = journaling.image(s, self._incarnations(), self._epoch_info())
             self.journal.append(journaling.Entry(journaling.SNAP, None, None, img))
             self.stats["journal_compactions"] += 1
             self.journal_bytes, self.image_bytes = 0, len(img)
@@ -737,6 +768,8 @@ class Replica:
 
     # -- completion --------------------------------------------------------------------------
     def _check_durable(self) -> None:
+        if self.joint and self.phase is not Phase.CLOSED and not self._established():
+            return  # a fact about disks: learnt in any phase, it tells the next exchange
         u = self.undurable
         if not u or self.phase is not Phase.ACTIVE:
             return
@@ -841,8 +874,16 @@ class Replica:
         if not holders:
             self._lose_primary("no member of the view holds the queues (arbitrators only)")
             return
-        best = max(positions[m][:2] for m in holders)
-        donor = next(m for m in holders if positions[m][:2] == best)
+        proven = _proven(positions)
+        ranks = {m: _rank(positions[m], (positions[m][0], tuple(positions[m][6])) in proven)
+                 for m in holders}
+        top = max(ranks.values())
+        donor = next(m for m in holders if ranks[m] == top)
+        best = positions[donor][:2]
+        ident = (top, positions[donor][6])  # equal to it: the same state
+
+        def same(m) -> bool:
+            return (ranks[m], positions[m][6]) == ident
         if max(positions[m][0] for m in order) > best[0]:
             # an arbitrator took part in a later epoch than any holder here: its state is
             # not in this view
@@ -850,9 +891,20 @@ class Replica:
             self._lose_primary("the last epoch's queues are not in the view")
             return
         best_members = positions[donor][2]
-        # a member restarted from its journal stands for the incarnation that held its state
+        # a member restarted from its journal stands for the incarnations that used it
         here = set(order).union(*(p[3] for p in positions.values()))
         present = sum(1 for m in best_members if m in here)
+        # a durable epoch not yet on the disks of most members of the epochs it came from
+        # (durable.py, "Establishment"): most of each of those must be here too
+        joint = positions[donor][4] if (best[0], tuple(positions[donor][6])) not in proven \
+            else []
+        if any(2 * sum(1 for m in x if m in here) <= len(x) for x in joint) or \
+                len(joint) >= journaling.MAX_JOINT:
+            self.stats["no_quorum"] += 1
+            self.stats["no_quorum_joint"] += 1
+            self._lose_primary("the last epoch is not on the disks of most members of the "
+                               "epochs before it, and most of them are missing")
+            return
         pid = self.view.primary_id
         # the primary ids of a group whose every member restarted begin again; its epochs
         # go on from its journals' (every member computes the same from the same exchange)
@@ -871,17 +923,20 @@ class Replica:
             self._lose_primary("no majority of the last epoch's members")
             return
         self.arbs = arbs
+        self.claims = {m: {m, *positions[m][3]} for m in order}
+        self.joint = joint + [list(best_members)] if self.durable and best_members else []
+        self.base = positions[donor][5] if joint else list(best)
+        self.key = list(key)
         if self.config.arbitrator:
             self.state.begin_epoch(epoch, order, arbs)  # an empty state: the epoch, for votes
             self.phase, self.acks = Phase.ARBITER, {}
             return
-        if positions[self.uid][:2] == best:
+        if same(self.uid):
             self.state.begin_epoch(epoch, order, arbs)
             if self.durable:
-                self._journal(journaling.REC,
-                              journaling.epoch_record(epoch, order, arbs, self.uid))
-            stale = [a for a in self.view.members
-                     if positions[a.uid][:2] != best and a.uid not in arbs]
+                self._journal(journaling.REC, journaling.epoch_record(
+                    epoch, order, arbs, self.uid, [self.joint, self.base, self.key]))
+            stale = [a for a in self.view.members if a.uid not in arbs and not same(a.uid)]
             if donor == self.uid and stale:
                 self.stats["snapshots_sent"] += len(stale)
                 if self.level >= STREAM_LEVEL:  # sent as each stale member asks
@@ -917,7 +972,7 @@ class Replica:
         s.set_arbiters(self.arbs)
         if self.durable:
             self._journal(journaling.ADOPT, journaling.adopt_record(s.epoch, s.applied),
-                          journaling.image(s, self._incarnations()))
+                          journaling.image(s, self._incarnations(), self._epoch_info()))
         self.stats["snapshots_received"] += 1
         self.await_key, self.incoming = None, None
         held, self.held = self.held, []
@@ -1079,23 +1134,56 @@ def arbitrators(positions: dict) -> set:
             if isinstance(p, (list, tuple)) and len(p) > 1 and p[1] == ARBITER}
 
 
+def _rank(p: tuple, proven: bool) -> tuple:
+    """How advanced a position is: (epoch, applied) for an established epoch; a durable
+    epoch not established yet (``proven``: the exchange shows it is) ranks above every
+    position of the epoch it came from (whose positions past its start completed nothing:
+    most of that epoch's members moved on with it) and below every later established one
+    (durable.py, "Establishment")."""
+    if p[4] and not proven:
+        return (p[5][0], 1 << 62, p[0], p[1])
+    return (p[0], p[1], 0, 0)
+
+
+def _proven(positions: dict) -> set:
+    """The (epoch, key) of durable epochs not established by their announcements but
+    established by the exchange: members of the view in that epoch whose disk has it stand
+    for most members of each of its lists."""
+    out = set()
+    for e, key, joint in {(p[0], tuple(p[6]), tuple(map(tuple, p[4])))
+                          for p in positions.values() if p[4]}:
+        stands = set().union(*(set(p[3]) | {m} for m, p in positions.items()
+                               if p[0] == e and tuple(p[6]) == key and p[7]))
+        if all(2 * sum(1 for m in x if m in stands) > len(x) for x in joint):
+            out.add((e, key))
+    return out
+
+
+def _uids(x: Any) -> bool:
+    return type(x) is list and all(type(m) is bytes for m in x)
+
+
 def _positions(data: Any, order: list) -> Optional[dict]:
-    """{uid: (epoch, applied, members, earlier incarnations)} of every member in ``order``
-    from a state exchange's announcements (the incarnations: empty unless the member's state
-    came from its journal), or None when one is missing or malformed."""
+    """{uid: (epoch, applied, members, earlier incarnations, joint, base, key, on disk)} of
+    every member in ``order`` from a state exchange's announcements (the last five as in
+    ``exchange_data``, empty from a member that is not durable), or None when one is
+    missing or malformed."""
     if type(data) is not dict:
         return None
     out = {}
     for uid in order:
         p = data.get(uid)
-        if type(p) is not list or len(p) not in (3, 4):
+        if type(p) is not list or len(p) not in (3, 8):
             return None
-        epoch, applied, members, *was = p
-        was = was[0] if was else []
-        if type(epoch) is not int or type(applied) is not int or type(members) is not list \
-                or not all(type(m) is bytes for m in members) or type(was) is not list or \
-                len(was) > journaling.MAX_INCARNATIONS or \
-                not all(type(m) is bytes for m in was):
+        epoch, applied, members, *rest = p
+        was, joint, base, key, on_disk = rest or ([], [], [], [], False)
+        if type(epoch) is not int or type(applied) is not int or not _uids(members) or \
+                not _uids(was) or len(was) > journaling.MAX_INCARNATIONS or \
+                type(joint) is not list or len(joint) > journaling.MAX_JOINT or \
+                not all(_uids(x) for x in joint) or type(key) is not list or \
+                not (base == [] or (type(base) is list and len(base) == 2 and
+                                    all(type(x) is int for x in base))) or \
+                (joint and not base) or type(on_disk) is not bool:
             return None
-        out[uid] = (epoch, applied, members, was)
+        out[uid] = (epoch, applied, members, was, joint, base, key, on_disk)
     return out

@@ -68,8 +68,9 @@ class SimQueues:
             state = QueueState(cfg.max_depth, cfg.max_bytes, cfg.max_message_size)
             replayed = durable.replay(state, *j.recovered())
             if replayed.cut:
-                j.restart_snapshot(durable.image(state, replayed.incarnations))
-            recovered = (state, replayed.incarnations)
+                j.restart_snapshot(durable.image(state, replayed.incarnations,
+                                                     list(replayed[1:4])))
+            recovered = (state, *replayed[:4])
         self.replica = Replica(m.stack.local, self.config, clock=lambda: self.sim.now,
                                wall=lambda: self.sim.now + self.skew_s,
                                durable=j is not None, recovered=recovered)

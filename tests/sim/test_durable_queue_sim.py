@@ -34,9 +34,12 @@ def power_cut(sim, drivers, w, hist) -> None:
 
 
 @pytest.mark.seeds(30)  # thousands more in every campaign (README, "Safety campaigns")
-@pytest.mark.regressions(16130001)  # a journal stood only for the incarnation that wrote
-#                                     its state, not for a later one that adopted a newer
-#                                     state and crashed before its snapshot: no majority, ever
+@pytest.mark.regressions(16130001,  # a journal stood only for the incarnation that wrote
+                         #            its state, not for a later one that adopted a newer
+                         #            state and crashed before its snapshot: no majority
+                         16130570,  # a provisional epoch from before a power cut taken over
+                         #            a newer established one (acknowledged publish lost)
+                         16130625, 16130659)  # waiting for ever on an established epoch
 def test_a_durable_queue_loses_no_acknowledged_publish_when_every_member_crashes(sim_seed):
     sim = Simulation(sim_seed, SimOptions(loss=0.02, duplicate=0.01, reorder=0.02,
                                           delay_s=(0.0005, 0.003)), buggify=True)

@@ -67,7 +67,7 @@ def restarted(bus, disks, which, cfg=CFG) -> list:
         if i in which:
             state, out = disks[i].replay(cfg)
             reps.append(Replica(a, cfg, clock=lambda: bus.clock, durable=True,
-                                recovered=(state, out.incarnations)))
+                                recovered=(state, *out[:4])))
         else:
             reps.append(Replica(a, cfg, clock=lambda: bus.clock, durable=True))
     bus.replicas = reps
@@ -171,7 +171,8 @@ def test_every_member_restarted_from_its_journal_forms_the_queue_again():
     bus.view()  # primary id 1 again, below the journals' epoch
     assert all(r.phase is Phase.ACTIVE for r in reps)
     assert all(r.state.epoch > old_epoch for r in reps)
-    assert all(len(r.exchange_data()) == 3 for r in reps)
+    settle_all(bus, disks)  # the new epoch on most disks of the last one: established
+    assert all(not r.joint and r.exchange_data()[4] == [] for r in reps)
     acq = reps[2].acquire("q", 5)
     settle_all(bus, disks)
     assert sorted(d.body for d in acq.result) == [b"m%d" % i for i in range(5)]
@@ -190,10 +191,62 @@ def test_without_a_majority_of_the_last_epoch_back_the_queue_waits():
     assert reps[0].stats["no_quorum"] == 1
 
 
-def test_a_malformed_incarnation_in_a_position_is_refused():
-    order = [b"a" * 16]
-    assert _positions({order[0]: [1, 2, [order[0]], [b"x" * 16]]}, order) is not None
-    assert _positions({order[0]: [1, 2, [order[0]], b"x" * 16]}, order) is None
-    assert _positions({order[0]: [1, 2, [order[0]], ["not bytes"]]}, order) is None
-    assert _positions({order[0]: [1, 2, [order[0]], [b"x"] * 17]}, order) is None
-    assert _positions({order[0]: [1, 2, [order[0]], [b"x"], 5]}, order) is None
+def test_a_malformed_durable_position_is_refused():
+    u = b"a" * 16
+    order = [u]
+    ok = [1, 2, [u], [b"x" * 16], [[u]], [1, 0], [u, 3], True]
+    assert _positions({u: ok}, order)[u] == (1, 2, [u], [b"x" * 16], [[u]], [1, 0], [u, 3],
+                                             True)
+    assert _positions({u: [1, 2, [u]]}, order)[u][3:] == ([], [], [], [], False)
+    for bad in ([1, 2, [u], [b"x"]],                       # a field missing
+                [1, 2, [u], ["not bytes"], [], [], [], True],
+                [1, 2, [u], [b"x"] * 17, [], [], [], True],  # too many incarnations
+                [1, 2, [u], [], [[u]], [], [], True],        # provisional without its base
+                [1, 2, [u], [], [[u]], [1], [], True],
+                [1, 2, [u], [], [], [], [], 1],              # not a bool
+                [1, 2, [u], [], [[u]] * 9, [1, 0], [], True]):  # too many lists
+        assert _positions({u: bad}, order) is None, bad
+
+
+def five_then_two_join() -> tuple:
+    """Five durable replicas: a, b and c form epoch B with a queue, on every disk; then d
+    and e join (epoch E: a, b and c begin it from their own state, d and e take a's)."""
+    bus, disks = durable_bus(5)
+    a, b, c, d, e = bus.replicas
+    bus.only(a, b, c)
+    a.create("q")
+    settle_all(bus, disks)
+    bus.cut = set()
+    bus.view()
+    return bus, disks
+
+
+def test_a_call_completes_only_once_its_epoch_is_on_most_disks_of_the_epoch_before():
+    """Epoch B = {a, b, c}; d and e join (epoch E, all five). A publish in E applied and
+    synced by a, d and e (three of five) does not complete while b and c have not synced
+    E: every member of B could restart from a journal at B, and b and c, a majority of
+    B, would form the queue from B without it. Once b has E on disk it completes."""
+    bus, disks = five_then_two_join()
+    a, b, c, d, e = bus.replicas
+    assert a.joint == [[a.uid, b.uid, c.uid]]
+    assert a.exchange_data()[4] == [[a.uid, b.uid, c.uid]]
+    req = a.publish("q", b"x")
+    for _ in range(3):
+        bus.flush()
+        for r, disk in ((a, disks[0]), (d, disks[3]), (e, disks[4])):
+            disk.sync(r)
+    bus.flush()
+    assert all(r.synced[0] == a.state.epoch for r in (a, d, e))
+    assert not req.done and a.joint
+    disks[1].sync(b)
+    bus.flush()
+    assert req.done and req.error is None and not a.joint
+    assert a.stats["epochs_established"] == 1
+
+
+def test_a_view_without_most_of_the_epochs_an_unestablished_one_came_from_waits():
+    bus, _disks = five_then_two_join()  # E, not on b's nor c's disk
+    a, b, c, d, e = bus.replicas
+    bus.only(a, d, e)  # three of E's five, one of B's three
+    assert all(r.phase is Phase.NOT_PRIMARY for r in (a, d, e))
+    assert a.stats["no_quorum_joint"] == 1
