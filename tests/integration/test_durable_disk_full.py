@@ -4,11 +4,11 @@ fail-stop as a broker whose store fails): three member processes (tests/member_p
 makes the third leave the group and its queue calls raise QueueDiskError; the other two go
 on (a majority still has every publish on disk), and nothing acknowledged is lost."""
 import os
-import subprocess
 
 import pytest
 
 from ..member_proc import LoopbackMembers
+from ..tmpfs import small_tmpfs
 
 WAIT_S = 60.0
 BODY = 8000  # bytes of padding per message: 1 MiB holds about 120 of them
@@ -16,15 +16,8 @@ BODY = 8000  # bytes of padding per message: 1 MiB holds about 120 of them
 
 @pytest.fixture
 def tiny_disk(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root (mount -t tmpfs -o size=1m)")
-    d = tmp_path / "tiny"
-    d.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(d)], check=True)
-    try:
-        yield d
-    finally:
-        subprocess.run(["umount", "-l", str(d)], check=False)
+    with small_tmpfs(tmp_path / "tiny", "1m") as mnt:
+        yield mnt
 
 
 def last(g: LoopbackMembers, i: int, kinds: tuple) -> list:
