@@ -4,6 +4,9 @@
 from raygroups.actors import Group
 q = Group.attach("orders").queue("jobs", alternate="jobs.dead")
 q.publish(b"job-17")                 # returns once replicated on a majority of the primary
+# a durable group (Group.launch(..., durable=True), actors/durable.py): every member
+# journals all its queues; queue(name, durable=True) raises QueueNotDurable elsewhere, and
+# a publish returns once a majority has it on disk
 d = q.acquire(timeout_s=5)           # a Delivery, held by this consumer only
 d.accept()                           # done: forgotten everywhere
 d.release()                          # back on the queue, deliverable on any member
@@ -56,7 +59,8 @@ process held once the lease ran out, so another consumer gets it (counted as
 
 Errors are the work queue's own, re-raised unwrapped: QueueNotPrimary (a minority),
 QueueOutcomeUnknown, QueueFull, NoSuchQueue, StaleEpoch, NotAcquired, AcquireTimeout,
-QueueUnsupported, MessageTooLarge.
+QueueUnsupported, MessageTooLarge, QueueNotDurable, QueueDiskError (the member's journal
+failed: it left the group).
 """
 from __future__ import annotations
 
