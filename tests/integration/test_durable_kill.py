@@ -98,11 +98,16 @@ def test_kill_every_member_mid_traffic_and_restart_them_on_their_journals(group,
             g.command(i, f"consume {queue} {rng.randint(1, 4)}")
         step += 1
         time.sleep(rng.choice((0.0, 0.0, 0.002, 0.01, 0.03)))
-    for _ in range(rng.randint(0, 20)):  # more calls in flight when the kill comes
+    burst = rng.randint(0, 60)  # a burst of publishes: the kill comes while they are answered
+    for _ in range(burst):
         payload = f"s{seed}-{step}"
         sent.append(payload)
         g.command(rng.randrange(g.n), f"publish {queue} {payload}")
         step += 1
+    answered = acks(g, queue) + rng.randint(0, burst // 3)
+    deadline = time.monotonic() + 10
+    while acks(g, queue) < answered and time.monotonic() < deadline:
+        time.sleep(0.001)
     kill_all(g)
     before = history(g, queue)
     spawn_all(g)
