@@ -306,6 +306,12 @@ class Group:
             if h is not None:
                 existing[s.name] = h
         infos = g._gather({n: h.info.remote() for n, h in existing.items()}, 10.0)
+        mixed = sorted(n for n, i in infos.items() if i and not is_arbitrator(n)
+                       and i.get("durable", durable) != durable)
+        if mixed:  # (a member of an older build says nothing: it is taken as asked)
+            raise ValueError(f"group {cluster!r} runs members with durable="
+                             f"{not durable} ({', '.join(mixed)}): launch it as it runs, or "
+                             f"shut it down first")
         if token is None and existing:
             got = g._gather({n: h.http_info.remote() for n, h in existing.items()}, 10.0)
             token = next((v["token"] for v in got.values() if v and v.get("token")), None)

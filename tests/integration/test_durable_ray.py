@@ -57,6 +57,8 @@ def test_a_durable_group_launched_again_keeps_what_was_not_accepted(ray_session)
                 d.accept()
         assert sorted(d.body for d in left) == sorted(set(bodies) - accepted)
         assert {d.body for d in held} <= {d.body for d in left if d.redelivered}
+        with pytest.raises(ValueError, match="durable=True"):  # not attached as memory-only
+            Group.launch(name, members=3, timeout=WAIT_S)
     finally:
         g.shutdown()
         shutil.rmtree(root, ignore_errors=True)
