@@ -185,6 +185,9 @@ def cmd_up(args: argparse.Namespace) -> int:
            "members": [m.name for m in view.members], "status_pages": urls,
            "token_file": path, "seconds": round(time.monotonic() - t0, 2),
            "arbitrators": g.arbitrators(), "durable": args.durable}
+    if args.durable:
+        out["journal_dirs"] = {n: g.info(n).get("journal_dir") for n in out["members"]
+                               if n not in out["arbitrators"]}
     if args.json:
         print(json.dumps(out))
     else:
@@ -193,6 +196,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         for n, u in sorted(urls.items()):
             print(f"  {n}: status page {u}")
         print(f"  HTTP token (debug endpoints) in {path} (mode 0600)")
+        for n, d in sorted(out.get("journal_dirs", {}).items()):
+            print(f"  {n}: journal {d}")
     return 0
 
 

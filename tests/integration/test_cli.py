@@ -238,8 +238,9 @@ def test_up_durable_journals_each_member_under_the_journal_dir(ray_session, tmp_
         g = Group.attach(name)
         for m in result["members"]:
             info = g.info(m)
-            assert info["durable"] and info["journal_dir"] == str(
-                tmp_path / "raygroups" / "journal" / name / m), info
+            where = str(tmp_path / "raygroups" / "journal" / name / m)
+            assert info["durable"] and info["journal_dir"] == where, info
+            assert result["journal_dirs"][m] == where, result
         g.queue("orders", durable=True).publish(b"kept")
         assert sorted(os.listdir(tmp_path / "raygroups" / "journal" / name)) == \
             sorted(result["members"])
