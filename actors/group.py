@@ -47,6 +47,7 @@ from raygroups.stack.auth import as_ring, key_id
 from raygroups.stack.config import MEMBERSHIP_MODES
 from raygroups.stack.primary import PrimaryConfig
 from raygroups.stack.runtime.ports import free_port
+from raygroups.stack.workqueue import QueueDiskError
 
 from .batch import DEFAULT_BATCH, MessageBatch, check_batch, payload_list
 from .durable import spec_extra as durable_extra
@@ -683,7 +684,9 @@ class Group:
                          "and sending it again may apply it twice") from None
         if isinstance(e, RayTaskError):
             cause = _unwrap(e)
-            if not (isinstance(cause, NotMember) and member is None):
+            # a member out of the group (a durable one whose journal failed, too: the call
+            # took no effect there) leaves the call to another, unless it named its member
+            if not (isinstance(cause, (NotMember, QueueDiskError)) and member is None):
                 raise cause from None
             self._failed(name, cause)
             return cause

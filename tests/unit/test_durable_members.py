@@ -57,3 +57,16 @@ def test_launch_refuses_a_journal_dir_without_durable():
         Group.launch("never", journal_dir="/tmp/j")
     with pytest.raises(ValueError, match="gossip"):
         Group.launch("never", durable=True, membership="gossip")
+
+
+def test_a_call_moves_on_from_a_member_whose_journal_failed_unless_it_named_it():
+    from ray.exceptions import RayTaskError
+
+    from raygroups.actors import Group
+    from raygroups.stack.workqueue import QueueDiskError
+    g = Group("orders", _names=["h-0", "h-1"])
+    failed = RayTaskError("queue_publish", "tb", QueueDiskError("h-0: its journal failed"))
+    moved = g._failure("h-0", failed, None, "queue_publish")
+    assert isinstance(moved, QueueDiskError) and "h-0" in g._avoid
+    with pytest.raises(QueueDiskError):
+        g._failure("h-0", failed, "h-0", "queue_publish")
