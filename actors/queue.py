@@ -468,10 +468,10 @@ class QueueHost:
                                   f"group and holds no queues")
 
     def _svc(self):
-        from raygroups.stack.workqueue import QueueDiskError, QueueNotPrimary
+        from raygroups.stack.workqueue import QueueNotPrimary
         self._no_arbitrator()
-        failed = getattr(self.service, "_closed_by", None)
-        if isinstance(failed, QueueDiskError):
+        failed = self.service.disk_error if self.service is not None else None
+        if failed is not None:
             raise failed  # its journal failed: it left the group (fail-stop)
         if self.service is None or self.service.channel.stack is None:
             raise QueueNotPrimary(f"{self.member_name} has no channel")

@@ -70,3 +70,16 @@ def test_a_call_moves_on_from_a_member_whose_journal_failed_unless_it_named_it()
     assert isinstance(moved, QueueDiskError) and "h-0" in g._avoid
     with pytest.raises(QueueDiskError):
         g._failure("h-0", failed, "h-0", "queue_publish")
+
+
+def test_queue_calls_on_a_member_whose_journal_failed_raise_its_queue_disk_error():
+    from types import SimpleNamespace
+
+    from raygroups.stack.workqueue import QueueDiskError
+    host = QueueHost("h-0", journal_dir="/j")
+    host.service = SimpleNamespace(disk_error=QueueDiskError("h-0: its journal failed"),
+                                   channel=SimpleNamespace(stack=None))
+    with pytest.raises(QueueDiskError, match="journal failed"):
+        asyncio.run(host.publish("orders", [b"x"]))
+    with pytest.raises(QueueDiskError):
+        asyncio.run(host.settle("orders", "accept", [[1, 1]]))
