@@ -8,7 +8,10 @@
                        --bootstrap FILE: the members a bootstrap file lists, in its order;
                        --membership gossip: SWIM's eventually consistent list (Serf-like);
                        --arbitrator: one more member that votes and holds no queue (Galera's
-                       garbd), on a node without data members when there is one
+                       garbd), on a node without data members when there is one;
+                       --durable [--journal-dir DIR]: every data member journals its
+                       queues (under DIR, default the node's Ray temp dir), so they
+                       survive every member stopping (ray down && ray up)
     down CLUSTER       every member leaves, then its actor is killed
     members CLUSTER    the view's members, a table or --json
     views CLUSTER      the view history; --follow: then every new view as it is installed
@@ -126,6 +129,12 @@ def _table(rows: list, cols: list) -> str:
 
 # -- commands -----------------------------------------------------------------------------
 def cmd_up(args: argparse.Namespace) -> int:
+    if args.journal_dir is not None and not args.durable:
+        _err("raygroups up: --journal-dir needs --durable")
+        return 2
+    if args.durable and args.membership == "gossip":
+        _err("raygroups up: --durable is for the work queue: not with --membership gossip")
+        return 2
     if args.arbitrator:
         from .placement import check_arbitrator
         try:
@@ -158,6 +167,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                      timeout=args.timeout, follow_nodes=args.follow_nodes, wait=wait,
                      insecure=args.insecure, bootstrap=args.bootstrap,
                      membership=args.membership, arbitrator=args.arbitrator,
+                     durable=args.durable, journal_dir=args.journal_dir,
                      progress=lambda s: _err(f"  {s}"))
     if not wait:
         path = token_file(args)
@@ -174,7 +184,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     out = {"cluster": args.cluster, "view_id": [view.view_id.coord.name, view.view_id.id],
            "members": [m.name for m in view.members], "status_pages": urls,
            "token_file": path, "seconds": round(time.monotonic() - t0, 2),
-           "arbitrators": g.arbitrators()}
+           "arbitrators": g.arbitrators(), "durable": args.durable}
+    if args.durable:
+        out["journal_dirs"] = {n: g.info(n).get("journal_dir") for n in out["members"]
+                               if n not in out["arbitrators"]}
     if args.json:
         print(json.dumps(out))
     else:
@@ -183,6 +196,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         for n, u in sorted(urls.items()):
             print(f"  {n}: status page {u}")
         print(f"  HTTP token (debug endpoints) in {path} (mode 0600)")
+        for n, d in sorted(out.get("journal_dirs", {}).items()):
+            print(f"  {n}: journal {d}")
     return 0
 
 
@@ -474,6 +489,12 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--arbitrator", action="store_true",
                     help="one more member that votes in the group's majorities and holds no "
                          "queue (Galera's garbd), placed on a node without data members")
+    up.add_argument("--durable", action="store_true",
+                    help="every data member journals its queues (a publish returns once a "
+                         "majority has it on disk); the group launched again finds them")
+    up.add_argument("--journal-dir", default=None, metavar="DIR",
+                    help="with --durable: journals under DIR/raygroups/journal/<group>/"
+                         "<member> (default: the node's Ray temp dir)")
     up.add_argument("--no-ray-signal", action="store_true",
                     help="do not use Ray as a second failure signal")
     up.add_argument("--timeout", type=float, default=120.0)

@@ -47,8 +47,10 @@ from raygroups.stack.auth import as_ring, key_id
 from raygroups.stack.config import MEMBERSHIP_MODES
 from raygroups.stack.primary import PrimaryConfig
 from raygroups.stack.runtime.ports import free_port
+from raygroups.stack.workqueue import QueueDiskError
 
 from .batch import DEFAULT_BATCH, MessageBatch, check_batch, payload_list
+from .durable import spec_extra as durable_extra
 from .errors import (GroupClosed, JoinRejected, JoinTimeout, NoSuchGroup, NotMember,
                      RotationIncomplete)
 from .http_api import AUTH_MODES
@@ -159,6 +161,7 @@ class Group:
                wait: bool = True, cluster_key: Any = None, insecure: bool = False,
                bootstrap: Any = None, membership: str = "views",
                runtime_env: Optional[dict] = None, arbitrator: bool = False,
+               durable: bool = False, journal_dir: Optional[str] = None,
                progress: Optional[Callable[[str], None]] = None) -> "Group":
         """Start the group's member actors (or attach to those that exist) and wait until
         they agree on one view.
@@ -214,6 +217,15 @@ class Group:
         ``primary__tie_breaker="store"`` (the two would decide one split twice), gossip
         membership (no primary component), a bootstrap file, ``this_node`` or
         ``wait=False``; the node follower (``follow_nodes``) launches data members only.
+        ``durable``: every data member journals its queues (the Qpid new-cluster design's
+        persistent cluster; arbitrators never journal), in
+        ``<journal_dir or the node's Ray temp dir>/raygroups/journal/<group>/<member>``
+        (actors/durable.py): a publish returns once a majority has it on disk, and the group
+        launched again under its name on the same nodes (after every member stopped) finds
+        its queues again. Durability is the member's: every queue of a durable group is
+        journaled; ``Group.queue(name, durable=True)`` on a group launched without it
+        raises QueueNotDurable. A member whose journal fails (a full disk) leaves the group
+        and its queue calls raise QueueDiskError. ``journal_dir`` needs ``durable``.
         Raises JoinTimeout when the members do not agree within ``timeout`` s, and
         JoinRejected (after removing the refused members it started) when the group refuses
         their settings (``GmsConfig.agreed``: ``stack_options={"gms__agreed": {...}}``)."""
@@ -236,6 +248,12 @@ class Group:
             raise ValueError("http_tls is (certfile, keyfile)")
         if arbitrator:
             check_arbitrator(config, stack_options, membership, bootstrap, this_node, wait)
+        if journal_dir is not None and not durable:
+            raise ValueError("journal_dir is where durable members journal: "
+                             "it needs durable=True")
+        if durable and membership == "gossip":
+            raise ValueError("durable=True is for the work queue: gossip membership has none")
+        journaled = durable_extra(journal_dir) if durable else {}
         if not ray.is_initialized():
             ray.init()
         stored = _stored_ring(namespace, cluster)
@@ -255,7 +273,8 @@ class Group:
                       ray_poll_s=ray_poll_s, fence=fence, max_restarts=max_restarts,
                       timeout=min(timeout, 30.0), metrics_interval_s=metrics_interval_s,
                       cluster_key=None, insecure=insecure,  # the key: from Ray's KV
-                      membership=membership, runtime_env=runtime_env)
+                      membership=membership, runtime_env=runtime_env, durable=durable,
+                      journal_dir=journal_dir)
         if not wait:
             from .follower import start_follower
             if cluster_key is not None and stored is None:
@@ -288,6 +307,12 @@ class Group:
             if h is not None:
                 existing[s.name] = h
         infos = g._gather({n: h.info.remote() for n, h in existing.items()}, 10.0)
+        mixed = sorted(n for n, i in infos.items() if i and not is_arbitrator(n)
+                       and i.get("durable", durable) != durable)
+        if mixed:  # (a member of an older build says nothing: it is taken as asked)
+            raise ValueError(f"group {cluster!r} runs members with durable="
+                             f"{not durable} ({', '.join(mixed)}): launch it as it runs, or "
+                             f"shut it down first")
         if token is None and existing:
             got = g._gather({n: h.http_info.remote() for n, h in existing.items()}, 10.0)
             token = next((v["token"] for v in got.values() if v and v.get("token")), None)
@@ -359,7 +384,8 @@ class Group:
                               ray_poll_s=ray_poll_s, metrics_interval_s=metrics_interval_s,
                               extra={"detached": detached, "max_restarts": max_restarts,
                                      **({"workqueue": {"arbitrator": True}}
-                                        if arbitrator and is_arbitrator(s.name) else {})})
+                                        if arbitrator and is_arbitrator(s.name)
+                                        else journaled)})
             if created and not existing:
                 # a new group: its first member founds it and the others join it once it
                 # has (their processes start meanwhile): one coordinator, no concurrent
@@ -658,7 +684,9 @@ class Group:
                          "and sending it again may apply it twice") from None
         if isinstance(e, RayTaskError):
             cause = _unwrap(e)
-            if not (isinstance(cause, NotMember) and member is None):
+            # a member out of the group (a durable one whose journal failed, too: the call
+            # took no effect there) leaves the call to another, unless it named its member
+            if not (isinstance(cause, (NotMember, QueueDiskError)) and member is None):
                 raise cause from None
             self._failed(name, cause)
             return cause
@@ -972,7 +1000,9 @@ class Group:
         """The replicated work queue ``name`` (created with its ``alternate`` if new): a
         ``WorkQueueHandle`` (actors/queue.py). ``member``: use that member (its consumers);
         None: the handle's current member. ``limits``: max_depth, max_bytes, overflow
-        ("reject_publish" or "dead_letter_oldest"), ttl_s, lease_s."""
+        ("reject_publish" or "dead_letter_oldest"), ttl_s, lease_s, durable (True: raises
+        QueueNotDurable unless the group was launched with ``durable=True``, whose members
+        journal every queue)."""
         from .queue import WorkQueueHandle
         return WorkQueueHandle(self, name, alternate, member, **limits)
 

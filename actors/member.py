@@ -46,6 +46,7 @@ from .fence import FenceConfig, NodeFence, exit_process, is_fence_message
 from .group_key import member_ring, read_ring, ring_ids
 from .metrics import MetricsExporter, dropped, figures
 from .placement import NAMESPACE, actor_name
+from .durable import member_journal_dir
 from .queue import QueueHost, QueueMethods
 from .ray_compat import actor_state
 from .send_streams import SendStreams
@@ -143,7 +144,8 @@ class MemberActor(QueueMethods):
         self.state = "starting"
         self.error: Optional[str] = None
         self.channel: Optional[Channel] = None
-        self.queue_host = QueueHost(spec.name, spec.extra.get("workqueue"))
+        self.queue_host = QueueHost(spec.name, spec.extra.get("workqueue"),
+                                    member_journal_dir(spec.extra, spec.cluster, spec.name))
         self.history: collections.deque = collections.deque(maxlen=spec.history)
         self.views_installed = 0
         self.inbox: collections.deque = collections.deque()  # (message, view it came in)
@@ -304,7 +306,7 @@ class MemberActor(QueueMethods):
             self._pump.cancel()
             self._pump = None
         ch = Channel(spec.cluster, spec.name, join_config(spec.config, self.restarts), **kw)
-        self.queue_host.attach(ch)  # the work queues ride on each new channel
+        await self.queue_host.attach_async(ch)  # the work queues ride on each new channel
         await ch.connect(timeout=spec.join_timeout_s)
         self.channel = ch
         self.error = None
@@ -593,6 +595,8 @@ class MemberActor(QueueMethods):
                 "restarts": self.restarts, "started_at": self.started_at,
                 "error": self.error, "fenced": self.fenced,
                 "role": self._role(),  # "arbitrator": votes, holds no queue (Galera's garbd)
+                "durable": self.queue_host.durable,  # journals its queues (actors/durable.py)
+                "journal_dir": self.queue_host.journal_dir,
                 "version": __version__}  # the build this member runs (rolling upgrades)
 
     def _role(self) -> str:

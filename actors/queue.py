@@ -4,6 +4,9 @@
 from raygroups.actors import Group
 q = Group.attach("orders").queue("jobs", alternate="jobs.dead")
 q.publish(b"job-17")                 # returns once replicated on a majority of the primary
+# a durable group (Group.launch(..., durable=True), actors/durable.py): every member
+# journals all its queues; queue(name, durable=True) raises QueueNotDurable elsewhere, and
+# a publish returns once a majority has it on disk
 d = q.acquire(timeout_s=5)           # a Delivery, held by this consumer only
 d.accept()                           # done: forgotten everywhere
 d.release()                          # back on the queue, deliverable on any member
@@ -56,7 +59,8 @@ process held once the lease ran out, so another consumer gets it (counted as
 
 Errors are the work queue's own, re-raised unwrapped: QueueNotPrimary (a minority),
 QueueOutcomeUnknown, QueueFull, NoSuchQueue, StaleEpoch, NotAcquired, AcquireTimeout,
-QueueUnsupported, MessageTooLarge.
+QueueUnsupported, MessageTooLarge, QueueNotDurable, QueueDiskError (the member's journal
+failed: it left the group).
 """
 from __future__ import annotations
 
@@ -132,7 +136,8 @@ class WorkQueueHandle:
                  member: Optional[str] = None, max_depth: Optional[int] = None,
                  max_bytes: Optional[int] = None, create: bool = True,
                  lease_s: float = LEASE_S, overflow: Optional[str] = None,
-                 ttl_s: Optional[float] = None, _owed: Optional[Owed] = None):
+                 ttl_s: Optional[float] = None, durable: bool = False,
+                 _owed: Optional[Owed] = None):
         """``lease_s``: how long a member keeps this process's acquisitions after its last
         renewal (renewed automatically while the process lives). ``max_depth``,
         ``max_bytes``: the queue's limits (messages, body bytes; default the members'
@@ -140,7 +145,10 @@ class WorkQueueHandle:
         (default: QueueFull) or "dead_letter_oldest" (the oldest available messages go to
         the alternate, or are dropped without one, so that it fits); ``ttl_s``: messages
         older than this (from their publish) go to the alternate, or are dropped. The
-        first creation's settings win."""
+        first creation's settings win. ``durable``: the queue must survive every member
+        stopping at once (QueueNotDurable when the members journal nothing: launch the group
+        with ``durable=True``); durability is the member's, so every queue of a durable
+        group is journaled, this one asked durable or not."""
         self.group, self.name, self.alternate, self.member = group, name, alternate, member
         self.lease_s = lease_s
         self._limits = (max_depth, max_bytes)
@@ -149,7 +157,8 @@ class WorkQueueHandle:
             released=lambda m, n: queue_lease.KEEPER.done(group, m, n),
             owing=lambda owed: queue_lease.KEEPER.watch(owed, lease_s))
         if create:
-            policy = {k: v for k, v in (("overflow", overflow), ("ttl_s", ttl_s))
+            policy = {k: v for k, v in (("overflow", overflow), ("ttl_s", ttl_s),
+                                        ("durable", durable or None))
                       if v is not None}  # only when set: a member of an older build
             self.group._call("queue_declare", name, alternate, max_depth, max_bytes,
                              member=member, **policy)
@@ -396,13 +405,17 @@ class QueueHost:
     """The work queue service of one member actor, across its channels (a rejoin makes a
     new channel, hence a new service)."""
 
-    def __init__(self, member_name: str, config: Any = None):
+    def __init__(self, member_name: str, config: Any = None,
+                 journal_dir: Optional[str] = None):
         """``config``: a WorkQueueConfig, or a dict of its fields (from the member's spec:
-        ``MemberSpec.extra["workqueue"]``), or None for the defaults."""
+        ``MemberSpec.extra["workqueue"]``), or None for the defaults. ``journal_dir``: this
+        member journals its queues there (durable: actors/durable.py), one journal for all
+        of them, found again when the member starts on it."""
         self.member_name = member_name
         if isinstance(config, dict):
             config = WorkQueueConfig(**config)
         self.config = config or WorkQueueConfig()
+        self.journal_dir = journal_dir
         self.service = None
         self.held: dict = {}    # (queue, token) -> runtime Delivery handed to a client
         self.holder: dict = {}  # (queue, token) -> the client (process id) that holds it
@@ -414,13 +427,28 @@ class QueueHost:
         self._sweeper: Optional[asyncio.Task] = None
 
     def attach(self, channel: Any) -> None:
-        """Before ``channel.connect()``: the work queues ride on this channel."""
+        """Before ``channel.connect()``: the work queues ride on this channel. A durable
+        member (``journal_dir``) opens its journal here, which its previous service must
+        have closed: use ``attach_async`` then."""
         from raygroups.stack.runtime.workqueue import WorkQueues
         if self.service is not None:
             old = self.service
             asyncio.get_running_loop().create_task(old.close())
         self.held, self.holder, self.keyed, self.key_of = {}, {}, {}, {}
-        self.service = WorkQueues(channel, self.config)
+        self.service = WorkQueues(channel, self.config, self.journal_dir)
+
+    async def attach_async(self, channel: Any) -> None:
+        """``attach``, once the previous channel's service closed (and with it the journal,
+        which the new service opens and replays again)."""
+        old, self.service = self.service, None
+        if old is not None:
+            await old.close()
+        self.attach(channel)
+
+    @property
+    def durable(self) -> bool:
+        """This member journals its queues (a durable group's data member)."""
+        return self.journal_dir is not None and not self.config.arbitrator
 
     @property
     def arbitrator(self) -> bool:
@@ -442,6 +470,9 @@ class QueueHost:
     def _svc(self):
         from raygroups.stack.workqueue import QueueNotPrimary
         self._no_arbitrator()
+        failed = self.service.disk_error if self.service is not None else None
+        if failed is not None:
+            raise failed  # its journal failed: it left the group (fail-stop)
         if self.service is None or self.service.channel.stack is None:
             raise QueueNotPrimary(f"{self.member_name} has no channel")
         return self.service
@@ -459,7 +490,16 @@ class QueueHost:
 
     async def declare(self, name: str, alternate: Optional[str] = None,
                       max_depth: Optional[int] = None, max_bytes: Optional[int] = None,
-                      overflow: Optional[str] = None, ttl_s: Optional[float] = None) -> dict:
+                      overflow: Optional[str] = None, ttl_s: Optional[float] = None,
+                      durable: bool = False) -> dict:
+        """``durable``: QueueNotDurable unless this member journals (every queue of a
+        journaling member is durable, asked or not)."""
+        if durable and not self.durable:
+            from raygroups.stack.workqueue import QueueNotDurable
+            self._no_arbitrator()
+            raise QueueNotDurable(f"{self.member_name} journals nothing: launch the group "
+                                  f"with durable=True (raygroups up --durable) for durable "
+                                  f"queues")
         q = await (await self._active()).queue(name, alternate, max_depth, max_bytes,
                                                overflow, ttl_s)
         return q.info()
@@ -671,6 +711,8 @@ class QueueHost:
         if name is not None:  # without the service's digest, a pass over every message
             return self.service.queues().get(name, {})
         info = self.service.info()
+        info["durable"] = self.durable
+        info["journal_dir"] = self.journal_dir
         info["leases"] = {"clients": len(set(self.holder.values())),
                           "leased": len(self.holder), "lease_released": self.lease_released}
         return info
@@ -686,9 +728,9 @@ class QueueMethods:
     async def queue_declare(self, name: str, alternate: Optional[str] = None,
                             max_depth: Optional[int] = None,
                             max_bytes: Optional[int] = None, overflow: Optional[str] = None,
-                            ttl_s: Optional[float] = None) -> dict:
+                            ttl_s: Optional[float] = None, durable: bool = False) -> dict:
         return await self.queue_host.declare(name, alternate, max_depth, max_bytes, overflow,
-                                             ttl_s)
+                                             ttl_s, durable)
 
     async def queue_purge(self, name: str) -> int:
         return await self.queue_host.lifecycle("purge", name)

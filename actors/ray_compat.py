@@ -63,6 +63,14 @@ def missing() -> list:
     except ImportError:
         out.append("ray._raylet.CoreWorker")
     try:
+        from ray._private import worker
+        from ray._private.node import Node
+        if not hasattr(worker, "global_worker") or \
+                not callable(getattr(Node, "get_temp_dir_path", None)):
+            out.append("ray._private.worker.global_worker.node.get_temp_dir_path")
+    except ImportError:
+        out.append("ray._private.worker / ray._private.node")
+    try:
         from ray._private import ray_constants
         if not hasattr(ray_constants, "ENABLE_RAY_CLUSTER"):
             out.append("ray._private.ray_constants.ENABLE_RAY_CLUSTER")
@@ -111,6 +119,16 @@ def objects_held() -> set:
     from ray._private.worker import global_worker
     return {k.decode() if isinstance(k, bytes) else str(k)
             for k in global_worker.core_worker.get_all_reference_counts()}
+
+
+def node_temp_dir() -> str:
+    """The Ray temp directory of this process's node (``ray start --temp-dir``, default
+    ``/tmp/ray``). Raises RuntimeError when this process is not connected to Ray."""
+    from ray._private.worker import global_worker
+    node = getattr(global_worker, "node", None)
+    if node is None:
+        raise RuntimeError("Ray is not initialized in this process (no node temp dir)")
+    return node.get_temp_dir_path()
 
 
 def process_node_id() -> Optional[str]:

@@ -4,7 +4,7 @@
         [--hosts h1:p1,h2:p2,...] [--transport udp|tcp] [--no-ip-mcast] \
         [--preset local|lan|wan] [--mcast-port M] [--membership views|gossip] \
         [--expected N] [--discovery URL] [--tie-breaker none|store] [--no-fd-sock] [--faults] \
-        [--drop-up P] [--drop-down P] [--queue] [--arbitrator] [--log]
+        [--drop-up P] [--drop-down P] [--queue] [--arbitrator] [--journal DIR] [--log]
 
 Connects a Channel (static discovery with --hosts, store discovery with --discovery, IP
 multicast discovery without either) and prints one JSON line per event on stdout, flushed:
@@ -22,6 +22,10 @@ multicast discovery without either) and prints one JSON line per event on stdout
     {"event": "queue_error", "cmd": "publish", "queue": q, "payload": text,
      "type": "QueueNotPrimary", "error": "QueueNotPrimary: ...", "t": ...}
     {"event": "drained", "queue": q, "payloads": [text, ...], "t": ...}
+    {"event": "accepting", "queue": q, "payload": text, "t": ...}   (``consume``: before
+                                                     the accept; then "accepted" once done)
+    {"event": "accepted", "queue": q, "payload": text, "t": ...}
+    {"event": "consumed", "queue": q, "n": n, "t": ...}      (``consume`` finished)
     {"event": "info", "phase": ..., "epoch": n, "applied": n, "digest": hex,
      "depths": {queue: depth}, "t": ...}
 
@@ -36,8 +40,11 @@ by discovery so far) and ``heal``. With the work queue service on the channel (`
 which votes and holds no queue): ``publish <queue> <text>`` (creates the queue first if this
 process has not; in the background, up to ``--call-timeout`` s), ``drain <queue>`` (acquire
 and accept until nothing comes for a second) and ``info`` (the replica's phase, epoch,
-digest of the whole queue state, and each queue's depth). A queue call that fails prints
-``queue_error`` with the error's type.
+digest of the whole queue state, and each queue's depth), ``consume <queue> <n>`` (acquire
+up to n within half a second and accept each, saying so before and after every accept). A
+queue call that fails prints ``queue_error`` with the error's type. ``--journal DIR``: the
+member's queues are durable, journaled in DIR (``QueueChannel(journal_dir=...)``), and
+recovered from it when the member starts on it again.
 ``--preset`` picks the timer preset (``StackConfig.local`` by default, ``lan`` for the LAN
 defaults); ``--bind`` and ``--port`` override its address either way.
 Run with the repository root as the working directory (``python -m``).
@@ -282,9 +289,10 @@ async def main(args: argparse.Namespace) -> int:
         options["faults__drop_down"] = args.drop_down
     preset = getattr(StackConfig, args.preset)
     config = preset(args.transport, **options)
-    if args.queue or args.arbitrator:
+    if args.queue or args.arbitrator or args.journal:
         ch = QueueChannel(args.cluster, name=args.name, config=config,
-                          queue_config=WorkQueueConfig(arbitrator=args.arbitrator))
+                          queue_config=WorkQueueConfig(arbitrator=args.arbitrator),
+                          journal_dir=args.journal or None)
     else:
         ch = Channel(args.cluster, name=args.name, config=config)
     try:
@@ -324,6 +332,14 @@ async def main(args: argparse.Namespace) -> int:
             if cmd == "publish":
                 mid = await asyncio.wait_for(q.publish(payload.encode()), args.call_timeout)
                 emit("published", queue=name, payload=payload, id=[mid[0].hex(), mid[1]])
+            elif cmd == "consume":
+                got = await q.acquire_many(int(payload or 1), timeout=0.5)
+                for d in got:
+                    body = d.body.decode(errors="replace")
+                    emit("accepting", queue=name, payload=body)
+                    await asyncio.wait_for(d.accept(), args.call_timeout)
+                    emit("accepted", queue=name, payload=body)
+                emit("consumed", queue=name, n=len(got))
             else:  # drain
                 got = []
                 while True:
@@ -361,7 +377,7 @@ async def main(args: argparse.Namespace) -> int:
             task = asyncio.create_task(send(rest))
             sends.add(task)
             task.add_done_callback(sends.discard)
-        elif cmd in ("publish", "drain") and isinstance(ch, QueueChannel):
+        elif cmd in ("publish", "drain", "consume") and isinstance(ch, QueueChannel):
             name, _, text = rest.partition(" ")
             task = asyncio.create_task(queue_call(cmd, name, text))
             sends.add(task)
@@ -421,6 +437,8 @@ if __name__ == "__main__":
                     help="the work queue service on the channel (publish/drain/info)")
     ap.add_argument("--arbitrator", action="store_true",
                     help="with the work queue: this member is its arbitrator (votes, no queue)")
+    ap.add_argument("--journal", default="", metavar="DIR",
+                    help="durable queues: this member journals them in DIR (implies --queue)")
     ap.add_argument("--call-timeout", type=float, default=20.0,
                     help="seconds a queue call may take before queue_error TimeoutError")
     ap.add_argument("--log", action="store_true", help="stack log (INFO) on stderr")

@@ -403,6 +403,12 @@ class WorkQueues:
             await asyncio.sleep(0.005)
 
     @property
+    def disk_error(self) -> Optional[QueueDiskError]:
+        """Why the service closed when its journal failed (it left the group), else None."""
+        e = self._closed_by
+        return e if isinstance(e, QueueDiskError) else None
+
+    @property
     def active(self) -> bool:
         return self.replica is not None and self.replica.phase is Phase.ACTIVE
 

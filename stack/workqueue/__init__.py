@@ -13,12 +13,13 @@ ordered, virtually synchronous delivery, so every member holds the same queues.
 """
 from .config import WorkQueueConfig
 from .errors import (AcquireTimeout, NoSuchQueue, NotAcquired, QueueArbitrator, QueueClosed,
-                     QueueDiskError, QueueError, QueueFull, QueueNotPrimary, QueueOutcomeUnknown,
-                     QueueUnsupported, StaleEpoch)
+                     QueueDiskError, QueueError, QueueFull, QueueNotDurable, QueueNotPrimary,
+                     QueueOutcomeUnknown, QueueUnsupported, StaleEpoch)
 from .replica import Delivery, Phase, Replica, Request
 from .state import QueueState
 
 __all__ = ["AcquireTimeout", "Delivery", "NoSuchQueue", "NotAcquired", "Phase",
            "QueueArbitrator", "QueueClosed", "QueueDiskError",
-           "QueueError", "QueueFull", "QueueNotPrimary", "QueueOutcomeUnknown", "QueueState",
+           "QueueError", "QueueFull", "QueueNotDurable", "QueueNotPrimary",
+           "QueueOutcomeUnknown", "QueueState",
            "QueueUnsupported", "Replica", "Request", "StaleEpoch", "WorkQueueConfig"]

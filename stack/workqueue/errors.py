@@ -56,6 +56,13 @@ class QueueArbitrator(QueueError):
     """A queue call on an arbitrator: it votes in the group and holds no queues."""
 
 
+class QueueNotDurable(QueueError):
+    """A durable queue asked of a member that journals nothing (its group was launched
+    without ``durable=True``): its queues live in memory only, so the queue was not
+    created as asked. Durability is the member's: every queue of a journaling member is
+    durable."""
+
+
 class QueueClosed(QueueError):
     """The service was closed."""
 

@@ -223,3 +223,30 @@ def test_up_arbitrator_and_what_it_refuses(ray_session, tmp_path):
         assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
         assert "arbitrator" in refused.stderr and "Traceback" not in refused.stderr
     assert f"{name}-x" not in Group.list_groups()
+
+
+def test_up_durable_journals_each_member_under_the_journal_dir(ray_session, tmp_path):
+    """``up --durable --journal-dir DIR``: every member journals its queues in
+    DIR/raygroups/journal/<group>/<member>; ``--journal-dir`` without ``--durable`` is one
+    line and exit 2."""
+    name = f"{CLUSTER}-durable"
+    out = cli(ray_session, "up", name, "--members", "2", "--durable", "--journal-dir",
+              str(tmp_path), "--json", "--token-file", str(tmp_path / "d.token"))
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    try:
+        assert result["durable"] is True and len(result["members"]) == 2, result
+        g = Group.attach(name)
+        for m in result["members"]:
+            info = g.info(m)
+            where = str(tmp_path / "raygroups" / "journal" / name / m)
+            assert info["durable"] and info["journal_dir"] == where, info
+            assert result["journal_dirs"][m] == where, result
+        g.queue("orders", durable=True).publish(b"kept")
+        assert sorted(os.listdir(tmp_path / "raygroups" / "journal" / name)) == \
+            sorted(result["members"])
+    finally:
+        cli(ray_session, "down", name)
+    refused = cli(ray_session, "up", f"{name}-x", "--journal-dir", str(tmp_path), check=False)
+    assert refused.returncode == 2, refused
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "--durable" in refused.stderr and "Traceback" not in refused.stderr

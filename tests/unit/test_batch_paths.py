@@ -111,7 +111,7 @@ class Queue:
 
 def host_holding(tokens: list, queue: Queue) -> QueueHost:
     h = QueueHost("m-a")
-    h.service = SimpleNamespace(channel=SimpleNamespace(stack=object()))
+    h.service = SimpleNamespace(channel=SimpleNamespace(stack=object()), disk_error=None)
     for t in tokens:
         h.held[("jobs", t)] = SimpleNamespace(token=t, queue=queue)
         h.holder[("jobs", t)] = "client-1"

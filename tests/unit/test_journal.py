@@ -21,6 +21,8 @@ from raygroups.stack.errors import (JournalBacklog, JournalCorrupt, JournalError
 from raygroups.stack.runtime import journal as jmod
 from raygroups.stack.runtime.journal import Journal, JournalConfig
 
+from ..tmpfs import small_tmpfs
+
 FAST = JournalConfig(fsync=False)
 
 
@@ -318,18 +320,8 @@ def test_a_journal_of_another_group_is_refused(tmp_path):
 @pytest.fixture
 def small_disk(tmp_path):
     """A real 256 KiB tmpfs mounted at tmp_path/disk (root only)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mnt = tmp_path / "disk"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)],
-                       capture_output=True, text=True)
-    if r.returncode:
-        pytest.skip(f"mount -t tmpfs refused: {r.stderr.strip()}")
-    try:
+    with small_tmpfs(tmp_path / "disk", "256k", skip_refused=True) as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=True)
 
 
 def test_a_full_disk_raises_journal_full_and_reports_nothing_unsynced(small_disk):

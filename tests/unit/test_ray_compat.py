@@ -44,3 +44,9 @@ def test_the_check_names_what_an_upgrade_moved(monkeypatch):
     gone = ray_compat.missing()
     assert any("2.61.0 is not a tested version" in g for g in gone)
     assert "ray._private.state.actors" in gone
+
+
+def test_the_check_names_the_node_temp_dir_durable_members_journal_under(monkeypatch):
+    from ray._private.node import Node
+    monkeypatch.delattr(Node, "get_temp_dir_path")
+    assert "ray._private.worker.global_worker.node.get_temp_dir_path" in ray_compat.missing()
