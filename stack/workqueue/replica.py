@@ -884,7 +884,7 @@ class Replica:
 
         def same(m) -> bool:
             return (ranks[m], positions[m][6]) == ident
-        if max(positions[m][0] for m in order) > best[0]:
+        if max((positions[m][0] for m in arbs), default=-1) > best[0]:
             # an arbitrator took part in a later epoch than any holder here: its state is
             # not in this view
             self.stats["no_quorum"] += 1
