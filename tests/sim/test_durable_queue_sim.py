@@ -33,7 +33,7 @@ def power_cut(sim, drivers, w, hist) -> None:
             "every member back from its journal, active in one primary view")
 
 
-@pytest.mark.seeds(30)  # thousands more in every campaign (README, "Safety campaigns")
+@pytest.mark.seeds(15)  # thousands more in every campaign (README, "Safety campaigns")
 @pytest.mark.regressions(16130001,  # a journal stood only for the incarnation that wrote
                          #            its state, not for a later one that adopted a newer
                          #            state and crashed before its snapshot: no majority
