@@ -26,9 +26,11 @@ dirs, fdatasync on; removed after), so that a publish completes once a majority 
 disk, as a quorum queue's confirm does; the targets (>= 1.0x RabbitMQ's throughput, p50
 latency <= 1.0x) are judged on these rows. Fsyncs per message on both sides, for the
 throughput run and for the paced (latency) one: raygroups from the members' journal
-counters (``journal.stats.fsyncs``, summed over the members); RabbitMQ from
-``strace -f --seccomp-bpf -e trace=fsync,fdatasync`` wrapped around each node (only those
-calls stop the node; the calls counted are the ones whose timestamps fall in the run).
+counters (``journal.stats.fsyncs``, summed over the members); RabbitMQ from a second pass
+of the same runs on a new cluster whose nodes run under ``strace -f --seccomp-bpf -e
+trace=fsync,fdatasync`` (the calls whose timestamps fall in each run): its figures are not
+shown, strace slows the nodes (each fsync stops one until strace gets the CPU: on 2 cores
+RabbitMQ's throughput halved and its p50 latency tripled).
 
     python bench/workqueue.py            # the table
     python bench/workqueue.py --quick    # fewer messages
@@ -384,15 +386,23 @@ class RabbitCluster:
                 self.ctl(k, "stop", timeout=60)
             except Exception:
                 pass
-        # epmd first: under strace -f it is a tracee of node 0's strace, which waits for it
-        subprocess.run(["epmd", "-kill"], env=self.env(0), capture_output=True, timeout=10)
+        # under strace -f, epmd is a tracee of node 0's strace, which waits for it: kill it
+        # while waiting (epmd refuses while a node is still registered)
+        end = time.monotonic() + 30
         for p in self.procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
+            while p.poll() is None:
+                self.kill_epmd()
+                try:
+                    p.wait(timeout=1)
+                except subprocess.TimeoutExpired:
+                    if time.monotonic() > end:
+                        os.killpg(p.pid, signal.SIGKILL)
+        self.kill_epmd()
         if not keep:
             self.remove()
+
+    def kill_epmd(self) -> None:
+        subprocess.run(["epmd", "-kill"], env=self.env(0), capture_output=True, timeout=10)
 
     def remove(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -580,7 +590,7 @@ def main() -> None:
     ap.add_argument("--durable", action="store_true",
                     help="also journaled raygroups rows (fdatasync), judged against RabbitMQ")
     ap.add_argument("--no-strace", action="store_true",
-                    help="with --durable: RabbitMQ's nodes not under strace (no fsync count)")
+                    help="with --durable: no second RabbitMQ pass under strace (no fsync count)")
     a = ap.parse_args()
     for opt in a.stack:
         k, _, v = opt.partition("=")
@@ -617,56 +627,79 @@ def main() -> None:
     if missing:
         print(f"RabbitMQ not installed: skipped ({missing} missing)")
         return
-    trace = a.durable and shutil.which("strace") is not None and not a.no_strace
-    cluster = RabbitCluster(MEMBERS, trace=trace)
     rabbit: dict = {}
+
+    def show(mode: str, r: dict, name: str) -> None:
+        rabbit[mode] = r
+        print(f"{name:<34} {mode:<15} {r['rate']:>9,.0f} "
+              f"{r['p50']:>8.2f} {r['p99']:>8.2f}", flush=True)
+        mine = rows.get(mode)
+        if mine is None:
+            return
+        print(f"  ratio raygroups / RabbitMQ, {mode}: throughput "
+              f"{mine['rate'] / r['rate']:.2f}x, p50 latency {mine['p50'] / r['p50']:.2f}x",
+              flush=True)
+        if mode in drows:
+            judged = ", ".join(f"{what} {'n/a' if x is None else f'{x:.2f}x'} ({tgt}: {v})"
+                               for what, x, tgt, v in durable_verdicts(drows[mode], r))
+            print(f"  ratio raygroups durable / RabbitMQ, {mode}: {judged}", flush=True)
+
+    run_rabbit_pass(a, show)
+    if not a.durable:
+        return
+    syncs = {}
+    if shutil.which("strace") is None or a.no_strace:
+        method = "not counted (strace missing or --no-strace)"
+    else:
+        # a second pass, its nodes under strace, only to count: strace stops a node at each
+        # fsync and waits for the CPU (on this 2-core machine RabbitMQ's figures halved)
+        method = "the nodes' fsync+fdatasync calls, strace'd in a second pass of the same runs"
+        print("(RabbitMQ again, nodes under strace, to count its fsyncs)", flush=True)
+        run_rabbit_pass(a, lambda mode, r, _n: syncs.__setitem__(mode, r["syncs"]), trace=True)
+    print("fsyncs per message (throughput run; paced run): raygroups = the members' journal "
+          f"fsyncs summed; RabbitMQ = {method}")
+    for mode in ("active-passive", "active-active"):
+        d = drows.get(mode)
+        ours = f"{fmt_syncs(d['fsync_per_msg'])}; {fmt_syncs(d['fsync_per_paced'])}" \
+            if d else "n/a"
+        theirs = "n/a"
+        if mode in syncs:
+            bulk, paced = syncs[mode]
+            theirs = (f"{fmt_syncs(per_message(bulk, a.count))}; "
+                      f"{fmt_syncs(per_message(paced, a.paced))}")
+        print(f"  {mode}: raygroups durable {ours}, RabbitMQ {theirs}", flush=True)
+
+
+def run_rabbit_pass(a, show, trace: bool = False) -> None:
+    """A RabbitMQ cluster, both modes; ``show(mode, result, name)`` for each (``trace``:
+    the nodes under strace, result["syncs"] = their fsyncs in the throughput and the paced
+    run)."""
+    cluster = RabbitCluster(MEMBERS, trace=trace)
+    done = []
     try:
         t0 = time.monotonic()
         cluster.start()
         version = cluster.ctl(0, "version").strip()
-        name = f"RabbitMQ {version} quorum queues"
-        print(f"(RabbitMQ {version} {MEMBERS}-node cluster up in {time.monotonic() - t0:.1f}s"
-              f"{', nodes under strace' if trace else ''})", flush=True)
+        if not trace:
+            print(f"(RabbitMQ {version} {MEMBERS}-node cluster up in "
+                  f"{time.monotonic() - t0:.1f}s)", flush=True)
         for mode in ("active-passive", "active-active"):
             r = run_rabbit(cluster, mode, a.count, a.paced, a.rate, a.size, a.batch * a.window,
                            a.prefetch)
-            rabbit[mode] = r
-            print(f"{name:<34} {mode:<15} {r['rate']:>9,.0f} "
-                  f"{r['p50']:>8.2f} {r['p99']:>8.2f}", flush=True)
-            mine = rows.get(mode)
-            if mine is None:
-                continue
-            print(f"  ratio raygroups / RabbitMQ, {mode}: throughput "
-                  f"{mine['rate'] / r['rate']:.2f}x, p50 latency {mine['p50'] / r['p50']:.2f}x",
-                  flush=True)
-            if mode in drows:
-                judged = ", ".join(f"{what} {'n/a' if x is None else f'{x:.2f}x'} "
-                                   f"({tgt}: {v})"
-                                   for what, x, tgt, v in durable_verdicts(drows[mode], r))
-                print(f"  ratio raygroups durable / RabbitMQ, {mode}: {judged}", flush=True)
+            done.append((mode, r))
+            if not trace:
+                show(mode, r, f"RabbitMQ {version} quorum queues")
     except Exception as e:
         print(f"RabbitMQ run failed: {type(e).__name__}: {e}")
     finally:
         cluster.stop(keep=True)
     try:
-        if a.durable:
-            print("fsyncs per message (throughput run; paced run): raygroups = the members' "
-                  "journal fsyncs summed; RabbitMQ = " +
-                  ("the nodes' fsync+fdatasync calls (strace)" if trace else
-                   "not counted (strace missing or --no-strace)"))
-            for mode in ("active-passive", "active-active"):
-                d, r = drows.get(mode), rabbit.get(mode)
-                ours = (f"{fmt_syncs(d['fsync_per_msg'])}; {fmt_syncs(d['fsync_per_paced'])}"
-                        if d else "n/a")
-                theirs = "n/a"
-                if r and trace:
-                    bulk, paced = cluster.syncs(r["windows"])
-                    theirs = (f"{fmt_syncs(per_message(bulk, a.count))}; "
-                              f"{fmt_syncs(per_message(paced, a.paced))}")
-                print(f"  {mode}: raygroups durable {ours}, RabbitMQ {theirs}", flush=True)
+        if trace:
+            for mode, r in done:
+                r["syncs"] = cluster.syncs(r["windows"])
+                show(mode, r, "")
     finally:
         cluster.remove()
-
 
 if __name__ == "__main__":
     main()
