@@ -20,8 +20,21 @@ and one consumer process per node with pika (publisher confirms with a window of
 outstanding messages; consumer prefetch and manual acks). Without ``rabbitmq-server`` (or
 pika) that part prints "RabbitMQ not installed: skipped".
 
+Durable (``--durable``): the raygroups rows are run again with each member journaling its
+queues (``journal_dir``: its own temporary directory on the file system of RabbitMQ's data
+dirs, fdatasync on; removed after), so that a publish completes once a majority has it on
+disk, as a quorum queue's confirm does; the targets (>= 1.0x RabbitMQ's throughput, p50
+latency <= 1.0x) are judged on these rows. Fsyncs per message on both sides, for the
+throughput run and for the paced (latency) one: raygroups from the members' journal
+counters (``journal.stats.fsyncs``, summed over the members); RabbitMQ from a second pass
+of the same runs on a new cluster whose nodes run under ``strace -f --seccomp-bpf -e
+trace=fsync,fdatasync`` (the calls whose timestamps fall in each run): its figures are not
+shown, strace slows the nodes (each fsync stops one until strace gets the CPU: on 2 cores
+RabbitMQ's throughput halved and its p50 latency tripled).
+
     python bench/workqueue.py            # the table
     python bench/workqueue.py --quick    # fewer messages
+    python bench/workqueue.py --durable  # and the journaled raygroups rows, with targets
 """
 from __future__ import annotations
 
@@ -35,13 +48,61 @@ import struct
 import subprocess
 import tempfile
 import time
+from typing import Optional
 
+from compare import ratio, target_met, verdict
 from percentile import pct
 from raygroups.stack.runtime.ports import free_ports
 
 STAMP = struct.Struct("!dI")
 MEMBERS = 3
 STACK_OPTS: dict = {}
+DURABLE_TARGETS = {"tput": 1.0,   # durable raygroups / RabbitMQ quorum queues msg/s, at least
+                   "p50": 1.0}    # and p50 latency, at most
+SYNC_CALLS = ("fsync", "fdatasync")
+
+
+# == pure helpers (tests/unit/test_workqueue_bench.py) =====================================
+def strace_syncs(lines, t0: float, t1: float) -> int:
+    """The fsync/fdatasync calls in ``strace -f -ttt`` output lines ("PID SECONDS.USEC
+    call(...) = 0", or an unfinished/resumed pair, counted once: at its start) whose
+    timestamps fall in [t0, t1)."""
+    n = 0
+    for line in lines:
+        parts = line.split(None, 2)
+        if len(parts) < 3 or parts[2].startswith("<..."):
+            continue
+        call = parts[2].split("(", 1)[0]
+        if call not in SYNC_CALLS:
+            continue
+        try:
+            t = float(parts[1])
+        except ValueError:
+            continue
+        if t0 <= t < t1:
+            n += 1
+    return n
+
+
+def per_message(syncs: Optional[int], msgs: int) -> Optional[float]:
+    """Fsyncs per message, None when either is unknown or there were no messages."""
+    return None if syncs is None or not msgs else syncs / msgs
+
+
+def durable_verdicts(ours: dict, rabbit: dict) -> list:
+    """(what, ratio, target text, verdict) for the durable targets: throughput at least
+    DURABLE_TARGETS["tput"] x RabbitMQ's, p50 latency at most DURABLE_TARGETS["p50"] x."""
+    out = []
+    for what, key, higher, sign in (("throughput", "rate", True, ">="),
+                                    ("p50 latency", "p50", False, "<=")):
+        bound = DURABLE_TARGETS["tput" if key == "rate" else "p50"]
+        r = ratio(ours.get(key), rabbit.get(key))
+        out.append((what, r, f"{sign} {bound}x", verdict(target_met(r, bound, higher))))
+    return out
+
+
+def fmt_syncs(x: Optional[float]) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
 
 
 # ==========================================================================================
@@ -49,23 +110,26 @@ STACK_OPTS: dict = {}
 # ==========================================================================================
 def rg_member(i: int, ports: list, cluster: str, queues: list, count: int, paced: int,
               rate: float, size: int, batch: int, window: int, uvloop: bool,
-              accepted, barrier, out, stack_opts: dict) -> None:
+              accepted, barrier, out, stack_opts: dict, journal_dir: Optional[str] = None
+              ) -> None:
     if uvloop:
         import uvloop as uv
         uv.install()
     asyncio.run(_rg_member(i, ports, cluster, queues, count, paced, rate, size, batch, window,
-                           accepted, barrier, out, stack_opts))
+                           accepted, barrier, out, stack_opts, journal_dir))
 
 
 async def _rg_member(i, ports, cluster, queues, count, paced, rate, size, batch, window,
-                     accepted, barrier, out, stack_opts) -> None:
+                     accepted, barrier, out, stack_opts, journal_dir) -> None:
     from raygroups.stack import StackConfig
     from raygroups.stack.runtime.workqueue import QueueChannel
     from raygroups.stack.workqueue import WorkQueueConfig
     cfg = StackConfig.local(transport__ip_multicast=False, port=ports[i],
                             initial_hosts=[("127.0.0.1", p) for p in ports],
                             primary__expected_size=len(ports), **stack_opts)
-    ch = QueueChannel(cluster, name=f"m{i}", config=cfg, queue_config=WorkQueueConfig())
+    ch = QueueChannel(cluster, name=f"m{i}", config=cfg, queue_config=WorkQueueConfig(),
+                      journal_dir=journal_dir)
+    jstats = ch.queues.journal.journal.stats if ch.queues.journal is not None else None
     await ch.connect(timeout=30)
     while ch.view is None or len(ch.view) < len(ports):
         await asyncio.sleep(0.01)
@@ -79,6 +143,8 @@ async def _rg_member(i, ports, cluster, queues, count, paced, rate, size, batch,
     my_paced = [k for k in range(count, total) if k % len(ports) == i]
     res = {"first_pub": None, "last_accept": 0.0, "lat": [], "accepted": 0}
     done = asyncio.Event()
+    syncs = (lambda: jstats.fsyncs) if jstats is not None else (lambda: None)
+    res["fsyncs0"] = syncs()  # the journal's fsyncs: at the start, bulk done, the end
 
     async def publisher() -> None:
         sem = asyncio.Semaphore(window)
@@ -121,6 +187,7 @@ async def _rg_member(i, ports, cluster, queues, count, paced, rate, size, batch,
                 accepted.value += len(got)
                 if accepted.value >= count and res.get("bulk_done") is None:
                     res["bulk_done"] = now  # the throughput run is over (first to see it)
+                    res.setdefault("fsyncs1", syncs())
                 if accepted.value >= total:
                     done.set()
 
@@ -142,12 +209,15 @@ async def _rg_member(i, ports, cluster, queues, count, paced, rate, size, batch,
 
     async def watch() -> None:
         while not done.is_set():
+            if accepted.value >= count and "fsyncs1" not in res:
+                res["fsyncs1"] = syncs()
             if accepted.value >= total:
                 done.set()
             await asyncio.sleep(0.02)
 
     pub = asyncio.create_task(publisher())
     await asyncio.wait_for(asyncio.gather(pub, watch(), *[consumer(q) for q in qs]), 600)
+    res["fsyncs2"] = syncs()
     res["stats"] = ch.queues.info()["stats"]
     if os.environ.get("BENCH_DEBUG"):
         st = ch.stats()
@@ -160,15 +230,18 @@ async def _rg_member(i, ports, cluster, queues, count, paced, rate, size, batch,
 
 
 def run_raygroups(mode: str, count: int, paced: int, rate: float, size: int, batch: int,
-                  window: int, uvloop: bool) -> dict:
+                  window: int, uvloop: bool, durable: bool = False) -> dict:
     queues = ["q0"] if mode == "active-passive" else ["q0", "q1", "q2", "q3"]
     ports = free_ports(MEMBERS)
+    # journals on the file system of RabbitMQ's data dirs (RabbitCluster's mkdtemp)
+    jdirs = [tempfile.mkdtemp(prefix=f"rg-journal-m{i}-") if durable else None
+             for i in range(MEMBERS)]
     ctx = mp.get_context("spawn")
     accepted, barrier, out = ctx.Value("q", 0), ctx.Barrier(MEMBERS), ctx.Queue()
     cluster = f"bench-queue-{os.getpid()}-{ports[0]}"
     procs = [ctx.Process(target=rg_member, args=(i, ports, cluster, queues, count, paced, rate,
                                                  size, batch, window, uvloop, accepted,
-                                                 barrier, out, STACK_OPTS))
+                                                 barrier, out, STACK_OPTS, jdirs[i]))
              for i in range(MEMBERS)]
     for p in procs:
         p.start()
@@ -183,6 +256,9 @@ def run_raygroups(mode: str, count: int, paced: int, rate: float, size: int, bat
             p.join(timeout=20)
             if p.is_alive():
                 p.kill()
+        for d in jdirs:
+            if d is not None:
+                shutil.rmtree(d, ignore_errors=True)
     first = min(r["first_pub"] for r in results.values())
     last = min(r["bulk_done"] for r in results.values() if r.get("bulk_done"))
     lat = [x for r in results.values() for x in r["lat"]]
@@ -195,9 +271,16 @@ def run_raygroups(mode: str, count: int, paced: int, rate: float, size: int, bat
                   f"p50 {pct(pl, 0.5) * 1e3:.2f} p99 {pct(pl, 0.99) * 1e3:.2f} max "
                   f"{max(pl or [0]) * 1e3:.1f} ms; acquire latency max "
                   f"{max(r['lat'] or [0]) * 1e3:.1f}")
-    return {"msgs": count, "secs": last - first, "rate": count / (last - first),
-            "p50": pct(lat, 0.5) * 1e3, "p99": pct(lat, 0.99) * 1e3, "owner_moves": slices,
-            "per_member": per_member}
+    out = {"msgs": count, "secs": last - first, "rate": count / (last - first),
+           "p50": pct(lat, 0.5) * 1e3, "p99": pct(lat, 0.99) * 1e3, "owner_moves": slices,
+           "per_member": per_member}
+    if durable:
+        rs = results.values()
+        out["fsyncs_bulk"] = sum(r["fsyncs1"] - r["fsyncs0"] for r in rs)
+        out["fsyncs_paced"] = sum(r["fsyncs2"] - r["fsyncs1"] for r in rs)
+        out["fsync_per_msg"] = per_message(out["fsyncs_bulk"], count)
+        out["fsync_per_paced"] = per_message(out["fsyncs_paced"], paced)
+    return out
 
 
 # ==========================================================================================
@@ -209,8 +292,11 @@ RABBIT_BIN = "/usr/lib/rabbitmq/bin"
 class RabbitCluster:
     """Three rabbitmq-server nodes on loopback with private dirs, ports, cookie and epmd."""
 
-    def __init__(self, n: int = 3):
+    def __init__(self, n: int = 3, trace: bool = False):
+        """``trace``: each node runs under strace, which records its fsync/fdatasync calls
+        (``syncs``)."""
         self.n = n
+        self.trace = trace
         self.dir = tempfile.mkdtemp(prefix="rg-rabbit-")
         self.procs: list = []
         ports = free_ports(2 * n + 1)
@@ -263,7 +349,11 @@ class RabbitCluster:
     def start(self) -> None:
         for k in range(self.n):
             log = open(os.path.join(self.dir, f"server{k}.out"), "w")
-            self.procs.append(subprocess.Popen([f"{RABBIT_BIN}/rabbitmq-server"], env=self.env(k),
+            cmd = [f"{RABBIT_BIN}/rabbitmq-server"]
+            if self.trace:  # seccomp-bpf: only the traced calls stop the node
+                cmd = ["strace", "-f", "--seccomp-bpf", "-qq", "-e", "signal=none", "-ttt",
+                       "-e", "trace=" + ",".join(SYNC_CALLS), "-o", self.trace_file(k), *cmd]
+            self.procs.append(subprocess.Popen(cmd, env=self.env(k),
                                                stdout=log, stderr=subprocess.STDOUT,
                                                start_new_session=True))
         for k in range(self.n):
@@ -275,18 +365,46 @@ class RabbitCluster:
         for k in range(self.n):
             self.await_node(k)
 
-    def stop(self) -> None:
+    def trace_file(self, k: int) -> str:
+        return os.path.join(self.dir, f"strace{k}.txt")
+
+    def syncs(self, windows: list) -> list:
+        """Per (t0, t1) wall-clock window: the fsync/fdatasync calls of all nodes in it.
+        Call after ``stop(keep=True)`` (strace has written everything out then)."""
+        out = [0] * len(windows)
+        for k in range(self.n):
+            with open(self.trace_file(k)) as f:
+                lines = f.readlines()
+            for w, (t0, t1) in enumerate(windows):
+                out[w] += strace_syncs(lines, t0, t1)
+        return out
+
+    def stop(self, keep: bool = False) -> None:
+        """``keep``: leave the directory (the strace files) for ``syncs``; ``remove()``."""
         for k in range(self.n):
             try:
                 self.ctl(k, "stop", timeout=60)
             except Exception:
                 pass
+        # under strace -f, epmd is a tracee of node 0's strace, which waits for it: kill it
+        # while waiting (epmd refuses while a node is still registered)
+        end = time.monotonic() + 30
         for p in self.procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
+            while p.poll() is None:
+                self.kill_epmd()
+                try:
+                    p.wait(timeout=1)
+                except subprocess.TimeoutExpired:
+                    if time.monotonic() > end:
+                        os.killpg(p.pid, signal.SIGKILL)
+        self.kill_epmd()
+        if not keep:
+            self.remove()
+
+    def kill_epmd(self) -> None:
         subprocess.run(["epmd", "-kill"], env=self.env(0), capture_output=True, timeout=10)
+
+    def remove(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -378,10 +496,11 @@ def rabbit_consumer(port: int, queues: list, count: int, total: int, prefetch: i
             accepted.value += 1
             if accepted.value >= count and st.get("bulk_done") is None:
                 st["bulk_done"] = st["last"]
+                st["bulk_wall"] = time.time()
 
     def check() -> None:
         if accepted.value >= total:
-            out.put(("con", st.get("bulk_done"), st["lat"], st["n"]))
+            out.put(("con", st.get("bulk_done"), st["lat"], st["n"], st.get("bulk_wall")))
             conn.close()
             return
         conn.ioloop.call_later(0.02, check)
@@ -415,9 +534,10 @@ def run_rabbit(cluster: RabbitCluster, mode: str, count: int, paced: int, rate: 
         procs.append(ctx.Process(target=rabbit_consumer,
                                  args=(cluster.amqp[i], queues, count, total, prefetch,
                                        accepted, barrier, out)))
+    wall0 = time.time()
     for p in procs:
         p.start()
-    firsts, lasts, lat = [], [], []
+    firsts, lasts, lat, walls = [], [], [], []
     try:
         for _ in procs:
             r = out.get(timeout=900)
@@ -426,6 +546,7 @@ def run_rabbit(cluster: RabbitCluster, mode: str, count: int, paced: int, rate: 
             else:
                 if r[1] is not None:
                     lasts.append(r[1])
+                    walls.append(r[4])
                 lat.extend(r[2])
     finally:
         for p in procs:
@@ -433,8 +554,10 @@ def run_rabbit(cluster: RabbitCluster, mode: str, count: int, paced: int, rate: 
             if p.is_alive():
                 p.kill()
     secs = min(lasts) - min(firsts)
+    # wall-clock windows of the throughput and the paced runs, for the nodes' fsyncs
     return {"msgs": count, "secs": secs, "rate": count / secs, "p50": pct(lat, 0.5) * 1e3,
-            "p99": pct(lat, 0.99) * 1e3}
+            "p99": pct(lat, 0.99) * 1e3, "windows": [(wall0, min(walls)),
+                                                     (min(walls), time.time())]}
 
 
 def rabbit_available() -> str:
@@ -464,6 +587,10 @@ def main() -> None:
                          "sequencer__resend_interval_s=0.02")
     ap.add_argument("--no-rabbit", action="store_true")
     ap.add_argument("--rabbit-only", action="store_true", help="only the RabbitMQ rows")
+    ap.add_argument("--durable", action="store_true",
+                    help="also journaled raygroups rows (fdatasync), judged against RabbitMQ")
+    ap.add_argument("--no-strace", action="store_true",
+                    help="with --durable: no second RabbitMQ pass under strace (no fsync count)")
     a = ap.parse_args()
     for opt in a.stack:
         k, _, v = opt.partition("=")
@@ -473,7 +600,8 @@ def main() -> None:
     print(f"work queue, {MEMBERS} members on loopback, {a.size} B messages, "
           f"{a.count} for throughput + {a.paced} paced at {a.rate:.0f}/s for latency")
     print(f"{'system':<34} {'mode':<15} {'msg/s':>9} {'p50 ms':>8} {'p99 ms':>8}  notes")
-    rows = {}
+    rows: dict = {}
+    drows: dict = {}
     for mode in ("active-passive", "active-active"):
         if a.rabbit_only:
             break
@@ -482,6 +610,16 @@ def main() -> None:
         print(f"{'raygroups (UDP, majority acks)':<34} {mode:<15} {r['rate']:>9,.0f} "
               f"{r['p50']:>8.2f} {r['p99']:>8.2f}  accepted per member {r['per_member']}, "
               f"{r['owner_moves']} ownership moves", flush=True)
+        if not a.durable:
+            continue
+        r = run_raygroups(mode, a.count, a.paced, a.rate, a.size, a.batch, a.window, a.uvloop,
+                          durable=True)
+        drows[mode] = r
+        print(f"{'raygroups durable (fdatasync)':<34} {mode:<15} {r['rate']:>9,.0f} "
+              f"{r['p50']:>8.2f} {r['p99']:>8.2f}  accepted per member {r['per_member']}, "
+              f"{r['owner_moves']} ownership moves, fsyncs/msg "
+              f"{fmt_syncs(r['fsync_per_msg'])} (paced {fmt_syncs(r['fsync_per_paced'])})",
+              flush=True)
     if a.no_rabbit:
         print("RabbitMQ: skipped (--no-rabbit)")
         return
@@ -489,27 +627,79 @@ def main() -> None:
     if missing:
         print(f"RabbitMQ not installed: skipped ({missing} missing)")
         return
-    cluster = RabbitCluster(MEMBERS)
+    rabbit: dict = {}
+
+    def show(mode: str, r: dict, name: str) -> None:
+        rabbit[mode] = r
+        print(f"{name:<34} {mode:<15} {r['rate']:>9,.0f} "
+              f"{r['p50']:>8.2f} {r['p99']:>8.2f}", flush=True)
+        mine = rows.get(mode)
+        if mine is None:
+            return
+        print(f"  ratio raygroups / RabbitMQ, {mode}: throughput "
+              f"{mine['rate'] / r['rate']:.2f}x, p50 latency {mine['p50'] / r['p50']:.2f}x",
+              flush=True)
+        if mode in drows:
+            judged = ", ".join(f"{what} {'n/a' if x is None else f'{x:.2f}x'} ({tgt}: {v})"
+                               for what, x, tgt, v in durable_verdicts(drows[mode], r))
+            print(f"  ratio raygroups durable / RabbitMQ, {mode}: {judged}", flush=True)
+
+    run_rabbit_pass(a, show)
+    if not a.durable:
+        return
+    syncs = {}
+    if shutil.which("strace") is None or a.no_strace:
+        method = "not counted (strace missing or --no-strace)"
+    else:
+        # a second pass, its nodes under strace, only to count: strace stops a node at each
+        # fsync and waits for the CPU (on this 2-core machine RabbitMQ's figures halved)
+        method = "the nodes' fsync+fdatasync calls, strace'd in a second pass of the same runs"
+        print("(RabbitMQ again, nodes under strace, to count its fsyncs)", flush=True)
+        run_rabbit_pass(a, lambda mode, r, _n: syncs.__setitem__(mode, r["syncs"]), trace=True)
+    print("fsyncs per message (throughput run; paced run): raygroups = the members' journal "
+          f"fsyncs summed; RabbitMQ = {method}")
+    for mode in ("active-passive", "active-active"):
+        d = drows.get(mode)
+        ours = f"{fmt_syncs(d['fsync_per_msg'])}; {fmt_syncs(d['fsync_per_paced'])}" \
+            if d else "n/a"
+        theirs = "n/a"
+        if mode in syncs:
+            bulk, paced = syncs[mode]
+            theirs = (f"{fmt_syncs(per_message(bulk, a.count))}; "
+                      f"{fmt_syncs(per_message(paced, a.paced))}")
+        print(f"  {mode}: raygroups durable {ours}, RabbitMQ {theirs}", flush=True)
+
+
+def run_rabbit_pass(a, show, trace: bool = False) -> None:
+    """A RabbitMQ cluster, both modes; ``show(mode, result, name)`` for each (``trace``:
+    the nodes under strace, result["syncs"] = their fsyncs in the throughput and the paced
+    run)."""
+    cluster = RabbitCluster(MEMBERS, trace=trace)
+    done = []
     try:
         t0 = time.monotonic()
         cluster.start()
-        print(f"(RabbitMQ {MEMBERS}-node cluster up in {time.monotonic() - t0:.1f}s)", flush=True)
+        version = cluster.ctl(0, "version").strip()
+        if not trace:
+            print(f"(RabbitMQ {version} {MEMBERS}-node cluster up in "
+                  f"{time.monotonic() - t0:.1f}s)", flush=True)
         for mode in ("active-passive", "active-active"):
             r = run_rabbit(cluster, mode, a.count, a.paced, a.rate, a.size, a.batch * a.window,
                            a.prefetch)
-            print(f"{'RabbitMQ 3.10 quorum queues':<34} {mode:<15} {r['rate']:>9,.0f} "
-                  f"{r['p50']:>8.2f} {r['p99']:>8.2f}", flush=True)
-            mine = rows.get(mode)
-            if mine is None:
-                continue
-            print(f"  ratio raygroups / RabbitMQ, {mode}: throughput "
-                  f"{mine['rate'] / r['rate']:.2f}x, p50 latency {mine['p50'] / r['p50']:.2f}x",
-                  flush=True)
+            done.append((mode, r))
+            if not trace:
+                show(mode, r, f"RabbitMQ {version} quorum queues")
     except Exception as e:
         print(f"RabbitMQ run failed: {type(e).__name__}: {e}")
     finally:
-        cluster.stop()
-
+        cluster.stop(keep=True)
+    try:
+        if trace:
+            for mode, r in done:
+                r["syncs"] = cluster.syncs(r["windows"])
+                show(mode, r, "")
+    finally:
+        cluster.remove()
 
 if __name__ == "__main__":
     main()
