@@ -596,8 +596,15 @@ class Gms(Layer):
         if self.state is not State.MEMBER:
             return
         self.state = State.LEAVING
-        self.ctx.schedule(self.config.leave_timeout_s, lambda: self._finish_leave("timeout"))
+        self.ctx.schedule(self.config.leave_timeout_s, self._leave_timed_out)
         self._request_leave()
+
+    def _leave_timed_out(self) -> None:
+        """No view without this member came in time: it leaves anyway, saying why it was
+        leaving (a failed recovery's reason stays the reason) and that the view never came."""
+        why = self.leave_reason
+        self._finish_leave("timeout" if why == "left" else
+                           f"{why} (no view without it within {self.config.leave_timeout_s:g} s)")
 
     def _request_leave(self) -> None:
         if self.state is not State.LEAVING:

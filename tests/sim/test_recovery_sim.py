@@ -41,7 +41,8 @@ def settled(members) -> bool:
 
 
 @pytest.mark.seeds(100)
-@pytest.mark.regressions(15980638)  # joiners that never saw a primary bootstrapped one
+@pytest.mark.regressions(15980638,  # joiners that never saw a primary bootstrapped one
+                         16110242)  # a failed recovery's leave timed out, saying "timeout"
 def test_recovery_status_lifecycle(sim_seed):
     sim = Simulation(sim_seed, SimOptions(loss=0.05, duplicate=0.02, reorder=0.05,
                                           delay_s=(0.0005, 0.003)), buggify=True)

@@ -558,6 +558,16 @@ def test_leave_gives_up_when_no_view_comes():
     assert s.above.events_of(Left) == [Left("timeout")] and s.gms.state is State.LEFT
 
 
+def test_a_leave_with_a_reason_that_times_out_still_names_it():
+    """A failed recovery's leave whose view never comes (seed 16110242: the member left
+    saying only "timeout", and the checker found the recovery's reason lost)."""
+    s = member()
+    s.down_event(Leave("recovery failed: no state"))
+    s.advance(2.05)
+    [left] = s.above.events_of(Left)
+    assert left.reason.startswith("recovery failed: no state (no view without it")
+
+
 def test_everyone_leaving_at_once_is_told_to_go():
     """The coordinator's last view change removes every member: it sends no view, so each
     other leaver gets LEAVE_RSP and is done at once instead of at its timeout."""
