@@ -1146,14 +1146,18 @@ def _rank(p: tuple, proven: bool) -> tuple:
 
 
 def _proven(positions: dict) -> set:
-    """The (epoch, key) of durable epochs not established by their announcements but
-    established by the exchange: members of the view in that epoch whose disk has it stand
-    for most members of each of its lists."""
+    """The (epoch, key) of durable epochs that some announcements give as not established
+    but that are: another member of the same epoch knows it is (establishment belongs to
+    the epoch, not to whoever announces it), or members of the view in that epoch whose
+    disk has it stand for most members of each of its lists."""
     out = set()
     for e, key, joint in {(p[0], tuple(p[6]), tuple(map(tuple, p[4])))
                           for p in positions.values() if p[4]}:
-        stands = set().union(*(set(p[3]) | {m} for m, p in positions.items()
-                               if p[0] == e and tuple(p[6]) == key and p[7]))
+        same = [(m, p) for m, p in positions.items() if p[0] == e and tuple(p[6]) == key]
+        if any(not p[4] for _m, p in same):
+            out.add((e, key))
+            continue
+        stands = set().union(*(set(p[3]) | {m} for m, p in same if p[7]))
         if all(2 * sum(1 for m in x if m in stands) > len(x) for x in joint):
             out.add((e, key))
     return out
