@@ -306,7 +306,7 @@ class MemberActor(QueueMethods):
             self._pump.cancel()
             self._pump = None
         ch = Channel(spec.cluster, spec.name, join_config(spec.config, self.restarts), **kw)
-        await self.queue_host.attach_async(ch)  # the work queues ride on each new channel
+        await self.queue_host.attach(ch)  # the work queues ride on each new channel
         await ch.connect(timeout=spec.join_timeout_s)
         self.channel = ch
         self.error = None

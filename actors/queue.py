@@ -426,24 +426,16 @@ class QueueHost:
         self.lease_released = 0
         self._sweeper: Optional[asyncio.Task] = None
 
-    def attach(self, channel: Any) -> None:
-        """Before ``channel.connect()``: the work queues ride on this channel. A durable
-        member (``journal_dir``) opens its journal here, which its previous service must
-        have closed: use ``attach_async`` then."""
+    async def attach(self, channel: Any) -> None:
+        """Before ``channel.connect()``: the work queues ride on this channel, once the
+        previous channel's service closed (and with it a durable member's journal, which
+        the new service opens and replays again)."""
         from raygroups.stack.runtime.workqueue import WorkQueues
-        if self.service is not None:
-            old = self.service
-            asyncio.get_running_loop().create_task(old.close())
-        self.held, self.holder, self.keyed, self.key_of = {}, {}, {}, {}
-        self.service = WorkQueues(channel, self.config, self.journal_dir)
-
-    async def attach_async(self, channel: Any) -> None:
-        """``attach``, once the previous channel's service closed (and with it the journal,
-        which the new service opens and replays again)."""
         old, self.service = self.service, None
         if old is not None:
             await old.close()
-        self.attach(channel)
+        self.held, self.holder, self.keyed, self.key_of = {}, {}, {}, {}
+        self.service = WorkQueues(channel, self.config, self.journal_dir)
 
     @property
     def durable(self) -> bool:

@@ -23,8 +23,7 @@ from typing import Callable, Optional
 from ..errors import JournalError
 from ..workqueue import durable
 from ..workqueue.config import WorkQueueConfig
-from ..workqueue.durable import ADOPT, REC, SNAP, Tracker
-from ..workqueue.state import QueueState
+from ..workqueue.durable import Tracker
 from .journal import Journal, JournalConfig
 
 CHUNK = 16 << 20  # a snapshot's chunk (the journal frames each)
@@ -34,25 +33,22 @@ class QueueJournal:
     def __init__(self, directory: str, group: str, config: WorkQueueConfig,
                  journal_config: Optional[JournalConfig] = None):
         """Opens the journal (``JournalMismatch``: it is another group's; ``JournalCorrupt``)
-        and replays it: ``recovered`` is (state, incarnations, joint, base, key) for the replica, or None when
-        the journal was empty."""
+        and replays it: ``recovered`` (durable.Recovered) for the replica, or None when the
+        journal was empty."""
         room = config.max_message_size + (1 << 20)  # one batch holds one body at most
         jc = journal_config or JournalConfig(max_record_bytes=room,
                                              max_unsynced_bytes=max(256 << 20, 2 * room))
         self.journal = Journal(directory, group, jc)
         found = self.journal.open()
         try:
-            state = QueueState(config.max_depth, config.max_bytes, config.max_message_size)
-            out = durable.replay(state, found.snapshot_bytes(),
+            out = durable.replay(config, found.snapshot_bytes(),
                                  (data for _n, data in found.records()))
             if out.cut:  # an adoption's snapshot never completed: this state, at once
-                img = durable.image(state, out.incarnations, [out.joint, out.base, out.key])
-                self.journal.write_snapshot(_chunks(img), found.last)
+                self.journal.write_snapshot(_chunks(out.image()), found.last)
         except BaseException:
             self.journal.close()
             raise
-        self.replayed = out
-        self.recovered = (state, *out[:4]) if found.last else None
+        self.recovered = out if found.last else None
         self.tracker = Tracker()
         self.snaps: collections.deque = collections.deque()  # (upto, image, adopt)
         self.wake = threading.Event()
@@ -74,24 +70,16 @@ class QueueJournal:
         """The replica's ``take_journal()``, in order."""
         if not entries or self.failed is not None:
             return
+        j = self.journal
         try:
-            for e in entries:
-                if e.kind in (REC, ADOPT):
-                    n = self.journal.append(e.data)
-                    self.tracker.appended(n, e.pos, adopt=e.kind == ADOPT)
-                    if e.kind == ADOPT:
-                        self.snaps.append((n, e.image, True))
-                elif e.kind == SNAP:
-                    self.snaps.append((self.journal.last_appended, e.image, False))
+            self.snaps.extend(self.tracker.route(entries, j.append, lambda: j.last_appended))
         except JournalError as err:
             self._fail(err)
             return
         self.wake.set()
 
     def _synced(self, upto: int, adopted: list) -> None:
-        for n in adopted:
-            self.tracker.snapshot_written(n)
-        pos = self.tracker.durable(upto)
+        pos = self.tracker.durable(upto, adopted)
         if pos is not None and self.failed is None:
             self.on_durable(pos)
 

@@ -53,7 +53,7 @@ positions, so a call completes once a majority has it on disk.
 from __future__ import annotations
 
 import collections
-from typing import Iterable, NamedTuple, Optional
+from typing import Any, Callable, Iterable, NamedTuple, Optional
 
 import msgpack
 
@@ -113,7 +113,9 @@ def remember(incarnations: list, uid: bytes) -> list:
     return out[-MAX_INCARNATIONS:]
 
 
-class Replayed(NamedTuple):
+class Recovered(NamedTuple):
+    """What a member's journal gives back (``replay``), for ``Replica(recovered=...)``."""
+    state: QueueState
     incarnations: list
     """The uids of the incarnations that used the journal, oldest first."""
     joint: list
@@ -122,26 +124,26 @@ class Replayed(NamedTuple):
     """[epoch, applied]: the established position a provisional epoch came from."""
     key: list
     """The view key of the formation of the state's epoch."""
-    records: int
-    """Records applied after the snapshot."""
     cut: bool
     """Replay stopped at an adoption whose snapshot never completed: the records after it
-    are not part of the state; the driver writes a snapshot before appending anything."""
+    are not part of the state; the driver writes ``image()`` as a snapshot before anything."""
+
+    def image(self) -> bytes:
+        return image(self.state, self.incarnations, [self.joint, self.base, self.key])
 
 
-def replay(state: QueueState, snapshot: Optional[bytes], records: Iterable[bytes]) -> Replayed:
-    """Bring ``state`` (new, empty, no listener) to what the journal holds. Raises
-    ValueError on a record this build cannot read (the journal is not a work queue's)."""
+def replay(config: Any, snapshot: Optional[bytes], records: Iterable[bytes]) -> Recovered:
+    """The state the journal holds (``config``: the WorkQueueConfig its limits come from).
+    Raises ValueError on a record this build cannot read (not a work queue's journal)."""
+    state = QueueState(config.max_depth, config.max_bytes, config.max_message_size)
     incs: list = []
     info: list = [[], [], []]
     if snapshot is not None:
         snap, levels, arbs, incs, info = msgpack.unpackb(snapshot, raw=False, use_list=True,
                                                          strict_map_key=False)
         state.restore(snap)
-        state.set_arbiters(arbs)
         state.levels = dict(levels)
-        state._relevel()
-    n = 0
+        state.set_arbiters(arbs)
     for rec in records:
         obj = codec.decode(rec)
         kind = obj[0]
@@ -159,32 +161,43 @@ def replay(state: QueueState, snapshot: Optional[bytes], records: Iterable[bytes
             if obj[1] == state.epoch:
                 info = [[], [], info[2]]
         elif kind == J_ADOPT:
-            return Replayed(incs, *info, n, True)
+            return Recovered(state, incs, *info, True)
         else:
             raise ValueError(f"journal record of kind {kind!r}: not a work queue's")
-        n += 1
     state.touched = set()
-    return Replayed(incs, *info, n, False)
+    return Recovered(state, incs, *info, False)
 
 
 class Tracker:
-    """Journal record numbers -> queue positions: the driver calls ``appended`` for each
-    record (``adopt``: an adoption marker, whose positions wait for its snapshot),
-    ``snapshot_written`` when an adoption's snapshot is on disk, and ``durable`` with the
-    journal's durable record number: the newest position wholly on disk, or None when
-    nothing new is. Holds one small tuple per record not yet durable."""
+    """Journal record numbers -> queue positions, for a driver. ``route`` appends the
+    replica's entries and says which snapshots to write once their record is durable;
+    ``durable`` takes the journal's durable record number (and the adoption snapshots
+    written since) and gives the newest position wholly on disk, or None when nothing new
+    is. Holds one small tuple per record not yet durable."""
 
     def __init__(self) -> None:
         self.pending: collections.deque = collections.deque()  # (number, pos, adopt)
         self.snapshots = 0            # the highest adoption marker whose snapshot is written
 
-    def appended(self, number: int, pos: tuple, adopt: bool = False) -> None:
-        self.pending.append((number, pos, adopt))
+    def route(self, entries: Iterable[Entry], append: Callable[[bytes], int],
+              last: Callable[[], int]) -> list:
+        """Append each record (``append`` returns its number; ``last()``: the last number
+        appended); return [(upto, image, adoption)] of the snapshots to write, in order,
+        each once record ``upto`` is durable."""
+        snaps = []
+        for e in entries:
+            if e.kind == SNAP:
+                snaps.append((last(), e.image, False))
+                continue
+            n = append(e.data)
+            self.pending.append((n, e.pos, e.kind == ADOPT))
+            if e.kind == ADOPT:
+                snaps.append((n, e.image, True))
+        return snaps
 
-    def snapshot_written(self, upto: int) -> None:
-        self.snapshots = max(self.snapshots, upto)
-
-    def durable(self, synced: int) -> Optional[tuple]:
+    def durable(self, synced: int, adopted: Iterable[int] = ()) -> Optional[tuple]:
+        """``adopted``: the ``upto`` of adoption snapshots written since the last call."""
+        self.snapshots = max(self.snapshots, *adopted, 0)
         p = self.pending
         out = None
         while p and p[0][0] <= synced and (not p[0][2] or p[0][0] <= self.snapshots):

@@ -180,14 +180,13 @@ class Replica:
     def __init__(self, local: Any, config: Optional[WorkQueueConfig] = None,
                  clock: Callable[[], float] = lambda: 0.0,
                  wall: Optional[Callable[[], float]] = None,
-                 durable: bool = False, recovered: Optional[tuple] = None):
+                 durable: bool = False, recovered: Optional[Any] = None):
         """``local``: this member's Address (its ``uid`` identifies it in the state).
         ``clock``: seconds, for timeouts and intervals (monotonic); ``wall``: seconds since
         the epoch, comparable across members, for message timestamps and EXPIRE's cut-off
         (default: ``clock``). ``durable``: the driver journals what ``take_journal`` returns
-        and reports what is on disk (``on_durable``); ``recovered``: (QueueState, the
-        uids of the incarnations that used the journal), replayed from this member's
-        journal (durable.py)."""
+        and reports what is on disk (``on_durable``); ``recovered``: what this member's
+        journal gave back (``durable.replay``)."""
         self.config = cfg = config or WorkQueueConfig()
         self.local = local
         self.uid: bytes = local.uid
@@ -203,8 +202,9 @@ class Replica:
         self.key: list = []                   # the view key of our epoch's formation
         self.claims: dict = {}                # uid -> the incarnations it stands for
         if recovered is not None:
-            self.state, self.before = recovered[0], list(recovered[1])
-            self.joint, self.base, self.key = (list(x) for x in recovered[2:5])
+            r = recovered
+            self.state, self.before = r.state, list(r.incarnations)
+            self.joint, self.base, self.key = list(r.joint), list(r.base), list(r.key)
         self.synced = (self.state.epoch, self.state.applied)  # on disk (durable)
         self.journal: list = []               # journaling.Entry for the driver
         self.journal_bytes = 0                # journaled since the last image

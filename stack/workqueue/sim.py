@@ -26,7 +26,6 @@ from ..view import ViewChange
 from . import durable
 from .config import WorkQueueConfig
 from .replica import Delivery, Phase, Replica, Request
-from .state import QueueState
 
 
 class SimQueues:
@@ -64,13 +63,9 @@ class SimQueues:
         recovered = None
         j = self.journal
         if j is not None:
-            cfg = self.config
-            state = QueueState(cfg.max_depth, cfg.max_bytes, cfg.max_message_size)
-            replayed = durable.replay(state, *j.recovered())
-            if replayed.cut:
-                j.restart_snapshot(durable.image(state, replayed.incarnations,
-                                                     list(replayed[1:4])))
-            recovered = (state, *replayed[:4])
+            recovered = durable.replay(self.config, *j.recovered())
+            if recovered.cut:
+                j.restart_snapshot(recovered.image())
         self.replica = Replica(m.stack.local, self.config, clock=lambda: self.sim.now,
                                wall=lambda: self.sim.now + self.skew_s,
                                durable=j is not None, recovered=recovered)

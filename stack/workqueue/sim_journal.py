@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from .durable import ADOPT, REC, SNAP, Tracker
+from .durable import Tracker
 
 
 class SimJournal:
@@ -33,14 +33,7 @@ class SimJournal:
 
     # -- the replica's entries ------------------------------------------------------------
     def write(self, entries: list, member: Any) -> None:
-        for e in entries:
-            if e.kind in (REC, ADOPT):
-                n = self._append(e.data)
-                self.tracker.appended(n, e.pos, adopt=e.kind == ADOPT)
-                if e.kind == ADOPT:
-                    self.snaps.append((n, e.image, True))
-            elif e.kind == SNAP:
-                self.snaps.append((self.next - 1, e.image, False))
+        self.snaps += self.tracker.route(entries, self._append, lambda: self.next - 1)
         self._sync(member)
 
     def _append(self, data: bytes) -> int:
@@ -65,14 +58,12 @@ class SimJournal:
                 self.records.extend(batch)
                 self.durable = batch[-1][0]
                 self.syncs += 1
-            for upto, img, adopt in ready:
-                self.snaps.remove((upto, img, adopt))
+            for upto, img, _adopt in ready:
+                self.snaps.remove((upto, img, _adopt))
                 if self.snapshot is None or upto >= self.snapshot[0]:
                     self.snapshot = (upto, img)
                     self.records = [r for r in self.records if r[0] > upto]
-                if adopt:
-                    self.tracker.snapshot_written(upto)
-            pos = self.tracker.durable(self.durable)
+            pos = self.tracker.durable(self.durable, (u for u, _i, a in ready if a))
             if pos is not None:
                 self.on_durable(pos)
             self._sync(member)

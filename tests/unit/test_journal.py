@@ -320,7 +320,7 @@ def test_a_journal_of_another_group_is_refused(tmp_path):
 @pytest.fixture
 def small_disk(tmp_path):
     """A real 256 KiB tmpfs mounted at tmp_path/disk (root only)."""
-    with small_tmpfs(tmp_path / "disk", "256k", skip_refused=True) as mnt:
+    with small_tmpfs(tmp_path / "disk", "256k") as mnt:
         yield mnt
 
 

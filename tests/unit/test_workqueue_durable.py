@@ -4,7 +4,7 @@ state back exactly, and that a group whose every member restarted from its journ
 its queue again (and waits when a majority of the last epoch did not come back). On the
 in-memory total-order bus of test_workqueue_state; the journal is a list."""
 from raygroups.stack.address import Address
-from raygroups.stack.workqueue import Phase, QueueState, Replica, WorkQueueConfig
+from raygroups.stack.workqueue import Phase, Replica, WorkQueueConfig
 from raygroups.stack.workqueue import durable
 from raygroups.stack.workqueue.durable import ADOPT, REC, SNAP, Tracker
 from raygroups.stack.workqueue.replica import _positions
@@ -20,27 +20,25 @@ class Disk:
     def __init__(self):
         self.records, self.snapshot, self.tracker, self.n = [], None, Tracker(), 0
 
+    def append(self, data: bytes) -> int:
+        self.n += 1
+        self.records.append((self.n, data))
+        return self.n
+
     def sync(self, r: Replica) -> None:
-        """Write everything the replica journaled, sync it, tell the replica."""
-        for e in r.take_journal():
-            if e.kind in (REC, ADOPT):
-                self.n += 1
-                self.records.append((self.n, e.data))
-                self.tracker.appended(self.n, e.pos, e.kind == ADOPT)
-            if e.kind in (ADOPT, SNAP):
-                self.snapshot = (self.n, e.image)
-                self.records = [x for x in self.records if x[0] > self.n]
-                if e.kind == ADOPT:
-                    self.tracker.snapshot_written(self.n)
-        pos = self.tracker.durable(self.n)
+        """Write everything the replica journaled, sync it and its snapshots, tell the
+        replica."""
+        snaps = self.tracker.route(r.take_journal(), self.append, lambda: self.n)
+        for upto, img, _adopt in snaps:
+            self.snapshot = (upto, img)
+            self.records = [x for x in self.records if x[0] > upto]
+        pos = self.tracker.durable(self.n, (u for u, _i, a in snaps if a))
         if pos is not None:
             r.on_durable(pos)
 
-    def replay(self, cfg=CFG) -> tuple:
-        state = QueueState(cfg.max_depth, cfg.max_bytes, cfg.max_message_size)
-        out = durable.replay(state, self.snapshot[1] if self.snapshot else None,
-                             [d for _, d in self.records])
-        return state, out
+    def replay(self, cfg=CFG) -> durable.Recovered:
+        return durable.replay(cfg, self.snapshot[1] if self.snapshot else None,
+                              [d for _, d in self.records])
 
 
 def durable_bus(n=3, cfg=CFG) -> tuple:
@@ -65,9 +63,8 @@ def restarted(bus, disks, which, cfg=CFG) -> list:
     reps = []
     for i, a in enumerate(bus.addrs):
         if i in which:
-            state, out = disks[i].replay(cfg)
             reps.append(Replica(a, cfg, clock=lambda: bus.clock, durable=True,
-                                recovered=(state, *out[:4])))
+                                recovered=disks[i].replay(cfg)))
         else:
             reps.append(Replica(a, cfg, clock=lambda: bus.clock, durable=True))
     bus.replicas = reps
@@ -117,7 +114,8 @@ def test_replay_gives_the_state_back_exactly_through_epochs_and_compactions():
     settle_all(bus, disks)
     assert a.stats["journal_compactions"] >= 1
     for r, d in zip((a, c), (disks[0], disks[2])):
-        state, out = d.replay(cfg)
+        out = d.replay(cfg)
+        state = out.state
         assert not out.cut and out.incarnations == [r.uid]
         assert (state.epoch, state.applied) == (r.state.epoch, r.state.applied)
         assert state.digest() == r.state.digest()
@@ -140,20 +138,23 @@ def test_replay_stops_at_an_adoption_whose_snapshot_never_came():
     assert [e.kind for e in entries][:1] == [ADOPT]
     # the marker and what came after it reached the disk, the snapshot did not
     disks[2].records += [(100 + i, e.data) for i, e in enumerate(entries) if e.data]
-    state, out = disks[2].replay()
+    out = disks[2].replay()
     assert out.cut
-    assert (state.epoch, state.applied, state.digest()) == before
+    assert (out.state.epoch, out.state.applied, out.state.digest()) == before
 
 
 def test_positions_after_an_adoption_wait_for_its_snapshot():
     t = Tracker()
-    t.appended(1, (1, 1))
-    t.appended(2, (2, 0), adopt=True)
-    t.appended(3, (2, 1))
+    numbers = iter(range(1, 10))
+    snaps = t.route([durable.Entry(REC, b"a", (1, 1)),
+                     durable.Entry(ADOPT, b"m", (2, 0), b"image"),
+                     durable.Entry(REC, b"b", (2, 1)),
+                     durable.Entry(SNAP, None, None, b"compacted")],
+                    lambda data: next(numbers), lambda: 3)
+    assert snaps == [(2, b"image", True), (3, b"compacted", False)]
     assert t.durable(3) == (1, 1)  # the adopted state is not on disk yet
     assert t.durable(3) is None
-    t.snapshot_written(2)
-    assert t.durable(3) == (2, 1)
+    assert t.durable(3, adopted=[2]) == (2, 1)
 
 
 def test_every_member_restarted_from_its_journal_forms_the_queue_again():
