@@ -884,15 +884,18 @@ class Replica:
 
         def same(m) -> bool:
             return (ranks[m], positions[m][6]) == ident
-        if max((positions[m][0] for m in arbs), default=-1) > best[0]:
-            # an arbitrator took part in a later epoch than any holder here: its state is
-            # not in this view
+        claims = {m: {m, *positions[m][3]} for m in order}
+        ahead = {m for m in arbs if positions[m][0] > best[0]}
+        if any(_may_have_completed(positions[m], claims, positions, arbs) for m in ahead):
+            # an arbitrator took part in a later epoch than any holder here, one that may
+            # have completed calls: its state is not in this view
             self.stats["no_quorum"] += 1
             self._lose_primary("the last epoch's queues are not in the view")
             return
         best_members = positions[donor][2]
-        # a member restarted from its journal stands for the incarnations that used it
-        here = set(order).union(*(p[3] for p in positions.values()))
+        # a member restarted from its journal stands for the incarnations that used it; an
+        # arbitrator that moved on to a later epoch no longer stands for this one
+        here = set().union(*(c for m, c in claims.items() if m not in ahead))
         present = sum(1 for m in best_members if m in here)
         # a durable epoch not yet on the disks of most members of the epochs it came from
         # (durable.py, "Establishment"): most of each of those must be here too
@@ -923,7 +926,7 @@ class Replica:
             self._lose_primary("no majority of the last epoch's members")
             return
         self.arbs = arbs
-        self.claims = {m: {m, *positions[m][3]} for m in order}
+        self.claims = claims
         self.joint = joint + [list(best_members)] if self.durable and best_members else []
         self.base = positions[donor][5] if joint else list(best)
         self.key = list(key)
@@ -1132,6 +1135,17 @@ def arbitrators(positions: dict) -> set:
     """The members whose queue position (``exchange_data``) says they are arbitrators."""
     return {m for m, p in positions.items()
             if isinstance(p, (list, tuple)) and len(p) > 1 and p[1] == ARBITER}
+
+
+def _may_have_completed(arb: tuple, claims: dict, positions: dict, arbs: set) -> bool:
+    """Whether the epoch of an arbitrator's position ``arb`` can have completed a call (a
+    majority of its holders applied it): not when the members of the view that stand for
+    its holders but are in earlier epochs (so never applied anything in it) are at least
+    half of them. Its members not in the view count as holders. (A view's state exchange
+    can complete at the arbitrator alone, whose epoch then runs ahead of every holder's.)"""
+    e, holders = arb[0], set(arb[2]) - arbs
+    behind = set().union(*(c for m, c in claims.items() if positions[m][0] < e))
+    return 2 * len(holders & behind) < len(holders)
 
 
 def _rank(p: tuple, proven: bool) -> tuple:

@@ -62,6 +62,7 @@ def test_work_queue_history_with_an_arbitrator(sim_seed):
 
 
 @pytest.mark.seeds(30)
+@pytest.mark.regressions(16140394)  # an epoch only the arbitrator began kept the queue away
 def test_a_2_2_split_keeps_the_arbitrator_s_side(sim_seed):
     sim = Simulation(sim_seed, SimOptions(delay_s=(0.0005, 0.003)))
     h = QueueHistory(sim, MAIN, ALT)

@@ -2,6 +2,7 @@
 holds nothing; calls complete with a majority of the members that hold the queues; a view
 whose holders lack the newest epoch, or that holds exactly half of the epoch with an
 arbitrator among the half, is not primary for the queue."""
+from raygroups.stack.view import View, ViewId
 from raygroups.stack.workqueue import Phase, QueueArbitrator, WorkQueueConfig
 
 from .test_workqueue_state import Bus
@@ -109,3 +110,63 @@ def test_an_arbitrator_first_in_the_view_leaves_expire_to_the_first_holder():
         bus.flush()
     assert a.state.queues["ttl"].depth == 0 and a.stats["expires_sent"] >= 1
     assert arb.stats["expires_sent"] == 0
+
+
+def only_at(bus: Bus, members: list, *at) -> None:
+    """A primary view of ``members`` whose state exchange completed only at the replicas
+    ``at`` (the others were in the next view before it finished)."""
+    bus.counter += 1
+    bus.pid += 1
+    addrs = [r.local for r in members]
+    v = View(ViewId(addrs[0], bus.counter), tuple(addrs), True, bus.pid)
+    positions = {r.uid: r.exchange_data() for r in members}
+    for r in at:
+        r.on_exchange([addrs[0].uid, bus.counter], positions)
+        r.on_view(v)
+
+
+def test_an_epoch_only_the_arbitrator_began_does_not_keep_the_queue_away():
+    """Fresh seed 16140394: after a 2+2 split healed, a view's state exchange completed at
+    the arbitrator alone; its epoch was then ahead of every holder's for good, and the queue
+    never came back. Its holders are all here, and in earlier epochs: it completed nothing."""
+    bus = group(5, 4)
+    a, b, c, d, arb = bus.replicas
+    only_at(bus, bus.replicas, arb)
+    assert arb.state.epoch > a.state.epoch
+    bus.view()
+    assert [r.phase for r in bus.replicas] == [Phase.ACTIVE] * 4 + [Phase.ARBITER]
+    p = c.publish("jobs", b"after")
+    bus.flush()
+    assert p.done and p.error is None
+
+
+def test_an_epoch_the_arbitrator_began_with_absent_holders_keeps_the_queue_away():
+    """Six holders and an arbitrator. The epoch {a, b, c, arbitrator} formed at a, b and
+    the arbitrator only, and completed a publish there (2 of its 3 holders); c, d, e, f are
+    most of the epoch before, but they and the arbitrator lack it."""
+    bus = group(7, 6)
+    a, b, c, d, e, f, arb = bus.replicas
+    bus.cut = {x.local for x in (c, d, e, f)}
+    only_at(bus, [a, b, c, arb], a, b, arb)
+    p = a.publish("jobs", b"only a and b have it")
+    bus.flush()
+    assert p.done and p.error is None
+    bus.only(c, d, e, f, arb)  # as if primary
+    assert c.phase is Phase.NOT_PRIMARY and c.stats["no_quorum"] == 1
+
+
+def test_an_arbitrator_that_moved_on_no_longer_counts_for_the_holders_epoch():
+    """{a, b, arbitrator} completes a publish; {a, c, d, arbitrator} then forms at the
+    arbitrator alone (so it completed nothing: c and d never began it). c, d and the
+    arbitrator are 3 of the 5 of the epoch c and d are in, but the arbitrator moved on
+    from it: counting it would take the queue without a's publish."""
+    bus = group(5, 4)
+    a, b, c, d, arb = bus.replicas
+    bus.only(a, b, arb)
+    p = a.publish("jobs", b"a and b have it")
+    bus.flush()
+    assert p.done and p.error is None
+    bus.cut = {b.local}
+    only_at(bus, [a, c, d, arb], arb)
+    bus.only(c, d, arb)  # as if primary
+    assert c.phase is Phase.NOT_PRIMARY and c.stats["no_quorum"] == 1
