@@ -17,6 +17,7 @@ import msgpack
 MAGIC = b"\xa7WQ"
 BATCH, APPLIED, SNAP = 0, 2, 3  # 1 was a reconciliation round's HELLO
 UPDATE, UPDATE_ACK = 4, 5  # a streamed update's chunk, and a stale member's ask/ack (update.py)
+PROMISED = 6  # [PROMISED, view key, epoch]: a durable member's disk promised the epoch number
 
 # commands (the Qpid design's names): create a queue, enqueue a published message, acquire,
 # release, dequeue (accept), reject (to the alternate: "rejected"), and queue ownership

@@ -18,11 +18,12 @@ Records, in the order the replica applied what they hold (codec-encoded lists):
   the records after it belong to the adopted state, which is not on disk.
 * ``[J_ME, uid]``: an incarnation of the member began on this journal (its first record).
 * ``[J_SEAL, epoch]``: the epoch is established (below).
+* ``[J_PROMISE, epoch]``: this member promised the formation of that epoch number (below).
 
 A journal snapshot (an ``image``) is ``[QueueState.snapshot(), levels, arbitrators,
-incarnations]``: the two fields a state snapshot leaves out (they are the epoch's, set
+incarnations, info]``: the two fields a state snapshot leaves out (they are the epoch's, set
 again at the next epoch, but batches applied after a mid-epoch compaction depend on them),
-and the incarnations that used the journal.
+the incarnations that used the journal, and [joint, base, key, promised] (below).
 
 Establishment. A member restarted from its journal counts for the epoch its journal holds,
 but its incarnation may have gone on, in memory only, into a later epoch (it began it or
@@ -38,6 +39,19 @@ and a view whose most advanced epoch is not established needs most members of ea
 those lists too (``J_SEAL`` journals the establishment; past ``MAX_JOINT`` lists the queue
 waits). Then every majority of any of those epochs holds a member whose disk has the later
 epoch, so a restart never forms the queue from an epoch something later moved on from.
+
+The ballot (Paxos's promise). Establishment orders an epoch after the ones it came from,
+not after an epoch formed apart from the same state: a view of a, b and c begins an
+epoch, only a's disk gets it (with batches) before every member loses power; b and c
+restart, form an epoch from the same state and, not knowing the first, give it the same
+number; a call completes there, and b crashes before it hears that the epoch is
+established. a and b restarted hold two epochs of one number from one state, ranked
+alike, and a's would win without the call. So every durable member of a view journals
+``[J_PROMISE, epoch]`` for the epoch the view would form and announces it once synced
+(``PROMISED``); the epoch leaves no trace (its record, an adopted state, a batch) on any
+disk until most members of each of its lists (``joint``) promised it, and every member
+announces the highest number it promised in the state exchange, so a later formation
+from the same state, which needs most of those members too, numbers itself above it.
 
 Incarnations. Every incarnation that used a journal acknowledged only what it synced there,
 so the journal stands for each of them: a member restarted from it announces them all
@@ -60,7 +74,7 @@ import msgpack
 from . import codec
 from .state import QueueState
 
-J_EPOCH, J_BATCH, J_ADOPT, J_ME, J_SEAL = 0, 1, 2, 3, 4
+J_EPOCH, J_BATCH, J_ADOPT, J_ME, J_SEAL, J_PROMISE = 0, 1, 2, 3, 4, 5
 MAX_JOINT = 8
 """Epochs in a row formed before the one they came from was established: past this the
 queue waits (a view change per fsync, for ever, is not a group that gets work done)."""
@@ -88,6 +102,10 @@ def epoch_record(epoch: int, members: list, arbitrators, me: bytes, info: list) 
 
 def seal_record(epoch: int) -> bytes:
     return codec.encode([J_SEAL, epoch])
+
+
+def promise_record(epoch: int) -> bytes:
+    return codec.encode([J_PROMISE, epoch])
 
 
 def batch_record(sender: bytes, payload: bytes) -> bytes:
@@ -127,9 +145,12 @@ class Recovered(NamedTuple):
     cut: bool
     """Replay stopped at an adoption whose snapshot never completed: the records after it
     are not part of the state; the driver writes ``image()`` as a snapshot before anything."""
+    promised: int
+    """The highest epoch number the journal promised (the ballot)."""
 
     def image(self) -> bytes:
-        return image(self.state, self.incarnations, [self.joint, self.base, self.key])
+        return image(self.state, self.incarnations,
+                     [self.joint, self.base, self.key, self.promised])
 
 
 def replay(config: Any, snapshot: Optional[bytes], records: Iterable[bytes]) -> Recovered:
@@ -138,12 +159,14 @@ def replay(config: Any, snapshot: Optional[bytes], records: Iterable[bytes]) -> 
     state = QueueState(config.max_depth, config.max_bytes, config.max_message_size)
     incs: list = []
     info: list = [[], [], []]
+    promised = 0
     if snapshot is not None:
         snap, levels, arbs, incs, info = msgpack.unpackb(snapshot, raw=False, use_list=True,
                                                          strict_map_key=False)
         state.restore(snap)
         state.levels = dict(levels)
         state.set_arbiters(arbs)
+        info, promised = info[:3], (info[3] if len(info) > 3 else 0)
     for rec in records:
         obj = codec.decode(rec)
         kind = obj[0]
@@ -155,17 +178,20 @@ def replay(config: Any, snapshot: Optional[bytes], records: Iterable[bytes]) -> 
             _, epoch, members, arbs, me, info = obj
             state.begin_epoch(epoch, members, arbs)
             incs = remember(incs, me)
+            promised = max(promised, epoch)
+        elif kind == J_PROMISE:
+            promised = max(promised, obj[1])
         elif kind == J_ME:
             incs = remember(incs, obj[1])
         elif kind == J_SEAL:
             if obj[1] == state.epoch:
                 info = [[], [], info[2]]
         elif kind == J_ADOPT:
-            return Recovered(state, incs, *info, True)
+            return Recovered(state, incs, *info, True, max(promised, state.epoch))
         else:
             raise ValueError(f"journal record of kind {kind!r}: not a work queue's")
     state.touched = set()
-    return Recovered(state, incs, *info, False)
+    return Recovered(state, incs, *info, False, max(promised, state.epoch))
 
 
 class Tracker:

@@ -48,8 +48,8 @@ from ..errors import MessageTooLarge
 from . import codec
 from . import durable as journaling
 from .codec import (ACQUIRE, APPLIED, BATCH, CANCEL, CONSUME, CREATE, DECLARE, DELETE,
-                    DEQUEUE, ENQUEUE, EXPIRE, LEVEL, OWNER_RELEASE, PURGE, REJECT, RELEASE,
-                    SNAP, UPDATE, UPDATE_ACK)
+                    DEQUEUE, ENQUEUE, EXPIRE, LEVEL, OWNER_RELEASE, PROMISED, PURGE, REJECT,
+                    RELEASE, SNAP, UPDATE, UPDATE_ACK)
 from .config import ACK_LOCAL, WorkQueueConfig
 from .errors import (NoSuchQueue, NotAcquired, QueueArbitrator, QueueClosed, QueueError,
                      QueueFull, QueueNotPrimary, QueueOutcomeUnknown, QueueUnsupported,
@@ -62,6 +62,7 @@ from .update import Incoming, Outgoing
 class Phase(enum.Enum):
     IDLE = "idle"                      # no view yet
     NOT_PRIMARY = "not_primary"        # non-primary view, excluded, or no quorum of epochs
+    PROMISE = "promise"                # durable: waiting for most disks to promise the epoch
     AWAIT_SNAPSHOT = "await_snapshot"  # our state was behind: waiting for the donor's
     ACTIVE = "active"
     ARBITER = "arbiter"                # an arbitrator in a primary view: votes, holds nothing
@@ -201,10 +202,17 @@ class Replica:
         self.base: list = []                  # [epoch, applied] it came from, established
         self.key: list = []                   # the view key of our epoch's formation
         self.claims: dict = {}                # uid -> the incarnations it stands for
+        self.promised = 0                     # the highest epoch number journaled as promised
+        self.forming: Optional[tuple] = None  # (epoch, order, donor, in step): PROMISE's
+        self.promises: dict = {}              # (view key, epoch) -> members that promised it
+        self.early: list = []                 # a SNAP and asks for the update, in PROMISE
+        self.diskless: set = set()            # members of the view with no journal
+        self.coming: tuple = ([], [], [])     # joint, base, key of the state we await
         if recovered is not None:
             r = recovered
             self.state, self.before = r.state, list(r.incarnations)
             self.joint, self.base, self.key = list(r.joint), list(r.base), list(r.key)
+            self.promised = r.promised
         self.synced = (self.state.epoch, self.state.applied)  # on disk (durable)
         self.journal: list = []               # journaling.Entry for the driver
         self.journal_bytes = 0                # journaled since the last image
@@ -247,12 +255,12 @@ class Replica:
         majority); while its epoch is not established, the member lists it must be
         established at and the established position it came from; the view key of the
         epoch's formation (two epochs formed apart may carry one number); whether its disk
-        has the epoch."""
+        has the epoch; the highest epoch number it promised (the ballot)."""
         s = self.state
         out = [s.epoch, ARBITER if self.config.arbitrator else s.applied, list(s.members)]
         if self.durable:
             out += [list(self.before), [list(x) for x in self.joint], list(self.base),
-                    list(self.key), self.synced[0] == s.epoch]
+                    list(self.key), self.synced[0] == s.epoch, max(self.promised, s.epoch)]
         return out
 
     def on_exchange(self, view_key: list, data: dict) -> None:
@@ -269,6 +277,8 @@ class Replica:
         exchange, self.exchange = self.exchange, None
         self.view, self.view_key = view, key
         self.await_key, self.held, self.incoming = None, [], None
+        self.forming, self.early = None, []
+        self.promises = {k: v for k, v in self.promises.items() if k[0] == tuple(key)}
         self._end_update()
         self._drop_batch()
         if self.local not in view.members or not view.primary:
@@ -298,7 +308,7 @@ class Replica:
             if kind == BATCH:
                 if self.phase is Phase.ACTIVE:
                     self._apply(sender, obj, p)
-                elif self.phase is Phase.AWAIT_SNAPSHOT:
+                elif self.phase in (Phase.AWAIT_SNAPSHOT, Phase.PROMISE):
                     self.held.append((sender, obj, p))
                 elif self.phase is Phase.ARBITER:
                     self.stats["batches_arbitrated"] += 1  # ordered, not for an arbitrator
@@ -312,6 +322,11 @@ class Replica:
                         (epoch, applied) > self.acks.get(sender, (-1, -1)):
                     self.acks[sender] = (epoch, applied)
                     self._check_durable()
+            elif kind == PROMISED:
+                self._on_promised(sender, obj)
+            elif self.phase is Phase.PROMISE and kind in (SNAP, UPDATE_ACK) and \
+                    obj[1] == self.view_key and len(self.early) < 2 * len(self.view.members):
+                self.early.append((sender, obj))  # for the epoch once most disks promised it
             elif kind == SNAP:
                 self._on_snapshot(obj)
             elif kind == UPDATE and self.level >= STREAM_LEVEL:
@@ -386,10 +401,15 @@ class Replica:
         return out
 
     def on_durable(self, pos: tuple) -> None:
-        """The journal holds everything up to queue position ``pos`` (epoch, applied)."""
-        if tuple(pos) > self.synced:
-            self.synced = tuple(pos)
+        """The journal holds everything up to queue position ``pos`` (epoch, applied, the
+        highest epoch number promised)."""
+        if tuple(pos[:2]) > self.synced:
+            self.synced = tuple(pos[:2])
             self._check_durable()
+        f = self.forming
+        if f is not None and self.phase is Phase.PROMISE and pos[2] >= f[0]:
+            self.outbox.append((None, codec.encode([PROMISED, self.view_key, f[0]]), False))
+            self._on_promised(self.uid, [PROMISED, self.view_key, f[0]])
 
     def _established(self) -> bool:
         """Our epoch is on the disk of most members of each epoch it came from (``joint``),
@@ -411,22 +431,24 @@ class Replica:
         self._journal(journaling.REC, journaling.seal_record(s.epoch))
         return True
 
-    def _epoch_info(self) -> list:
-        return [self.joint, self.base, self.key]
+    def _image(self) -> bytes:
+        return journaling.image(self.state, self._incarnations(),
+                                [self.joint, self.base, self.key, self.promised])
 
     def _incarnations(self) -> list:
         return journaling.remember(self.before, self.uid)
 
     def _journal(self, kind: str, data: Optional[bytes], image: Optional[bytes] = None) -> None:
         s = self.state
-        self.journal.append(journaling.Entry(kind, data, (s.epoch, s.applied), image))
+        self.journal.append(journaling.Entry(kind, data, (s.epoch, s.applied, self.promised),
+                                             image))
         self.journal_bytes += len(data or b"") + len(image or b"")
         if image is not None:
             self.journal_bytes, self.image_bytes = 0, len(image)
         elif self.journal_bytes > max(self.config.journal_compact_bytes, 2 * self.image_bytes):
             # compaction: the state as it is, beside the log (one pass over its messages;
             # amortized, the log grows twice the state's size first)
-            img = journaling.image(s, self._incarnations(), self._epoch_info())
+            img = self._image()
             self.journal.append(journaling.Entry(journaling.SNAP, None, None, img))
             self.stats["journal_compactions"] += 1
             self.journal_bytes, self.image_bytes = 0, len(img)
@@ -546,7 +568,7 @@ class Replica:
             self._dispatch(req)
         elif self.config.arbitrator:
             self._finish(req, error=self._arbitrator())
-        elif self.phase in (Phase.AWAIT_SNAPSHOT, Phase.IDLE):
+        elif self.phase in (Phase.AWAIT_SNAPSHOT, Phase.PROMISE, Phase.IDLE):
             self.unsent.append(req)
         elif self.phase is Phase.CLOSED:
             self._finish(req, error=self.closed_by)
@@ -768,6 +790,8 @@ class Replica:
 
     # -- completion --------------------------------------------------------------------------
     def _check_durable(self) -> None:
+        if self.phase in (Phase.PROMISE, Phase.AWAIT_SNAPSHOT):
+            return  # our joint is the coming epoch's, our state not in it yet
         if self.joint and self.phase is not Phase.CLOSED and not self._established():
             return  # a fact about disks: learnt in any phase, it tells the next exchange
         u = self.undurable
@@ -911,7 +935,7 @@ class Replica:
         pid = self.view.primary_id
         # the primary ids of a group whose every member restarted begin again; its epochs
         # go on from its journals' (every member computes the same from the same exchange)
-        epoch = max(pid, max(p[0] for p in positions.values()) + 1)
+        epoch = max(pid, max(max(p[0], p[8] or 0) for p in positions.values()) + 1)
         # exactly half of the epoch right before this primary view: primary only by the
         # even-split tie-breaker's lease, the stack's own decision against the same members
         # (the epoch's are the members of its primary view), which no other half can win;
@@ -927,19 +951,63 @@ class Replica:
             return
         self.arbs = arbs
         self.claims = claims
-        self.joint = joint + [list(best_members)] if self.durable and best_members else []
-        self.base = positions[donor][5] if joint else list(best)
-        self.key = list(key)
+        new_joint = joint + [list(best_members)] if self.durable and best_members else []
+        new_base = positions[donor][5] if joint else list(best)
         if self.config.arbitrator:
             self.state.begin_epoch(epoch, order, arbs)  # an empty state: the epoch, for votes
             self.phase, self.acks = Phase.ARBITER, {}
             return
-        if same(self.uid):
+        # what our epoch's announcements say changes once it takes effect (_form)
+        self.forming = (epoch, order, donor, {m for m in holders if same(m)}, new_joint,
+                        new_base, list(key))
+        self.diskless = {m for m in order if positions[m][8] is None}
+        if not self.durable:
+            self._form()
+            return
+        # the ballot (durable.py): no trace of the epoch on any disk before most of each of
+        # its lists promised its number
+        self.phase = Phase.PROMISE
+        self.promised = max(self.promised, epoch)
+        self._journal(journaling.REC, journaling.promise_record(epoch))
+        self.stats["promises"] += 1
+        self.promises.setdefault((tuple(key), epoch), set())
+        self._check_promises()
+
+    def _on_promised(self, sender: bytes, obj: list) -> None:
+        _, key, epoch = obj
+        if type(key) is not list or type(epoch) is not int:
+            self.stats["malformed"] += 1
+            return
+        k = (tuple(key), epoch)
+        if k not in self.promises and len(self.promises) >= 4:
+            return  # bounded: early promises of the next few views only
+        self.promises.setdefault(k, set()).add(sender)
+        if self.phase is Phase.PROMISE:
+            self._check_promises()
+
+    def _check_promises(self) -> None:
+        epoch, joint = self.forming[0], self.forming[4]
+        voted = self.promises.get((tuple(self.view_key), epoch), set())
+        # arbitrators and members without a disk promise nothing (as for establishment)
+        stands = set(self.arbs).union(*(self.claims.get(m, {m}) for m in voted))
+        stands |= self.diskless
+        if any(2 * sum(1 for m in x if m in stands) <= len(x) for x in joint):
+            return
+        self._form()
+
+    def _form(self) -> None:
+        """The epoch takes effect here: begun from our state, or awaited from the donor."""
+        epoch, order, donor, in_step, joint, base, key = self.forming
+        self.forming = None
+        arbs = self.arbs
+        early, self.early = self.early, []
+        if self.uid in in_step:
+            self.joint, self.base, self.key = joint, base, key
             self.state.begin_epoch(epoch, order, arbs)
             if self.durable:
                 self._journal(journaling.REC, journaling.epoch_record(
                     epoch, order, arbs, self.uid, [self.joint, self.base, self.key]))
-            stale = [a for a in self.view.members if a.uid not in arbs and not same(a.uid)]
+            stale = [a for a in self.view.members if a.uid not in arbs and a.uid not in in_step]
             if donor == self.uid and stale:
                 self.stats["snapshots_sent"] += len(stale)
                 if self.level >= STREAM_LEVEL:  # sent as each stale member asks
@@ -947,13 +1015,18 @@ class Replica:
                     self.outgoing = Outgoing(self.state, key, {a.uid: a for a in stale},
                                              self.clock(), cfg.update_chunk_bytes,
                                              cfg.update_window)
+                    for sender, obj in early:
+                        if obj[0] == UPDATE_ACK and obj[2] == 0:
+                            self._send_update(self.outgoing.on_ack(sender, 0))
                 else:
                     snap = self.state.snapshot()
                     for a in stale:
                         self._emit(a, [SNAP, key, snap], False)
-            self._activate(in_sync=True)
+            held, self.held = self.held, []
+            self._activate(in_sync=True, held=held)
         else:
-            self.phase = Phase.AWAIT_SNAPSHOT
+            # our announcements stay our state's until we take the donor's
+            self.phase, self.coming = Phase.AWAIT_SNAPSHOT, (joint, base, key)
             self.await_key = key
             if self.level >= STREAM_LEVEL:
                 cfg = self.config
@@ -961,6 +1034,9 @@ class Replica:
                 self.incoming = Incoming(key, donor_addr, QueueState(
                     cfg.max_depth, cfg.max_bytes, cfg.max_message_size))
                 self._emit(donor_addr, [UPDATE_ACK, key, 0], False)
+            for _sender, obj in early:
+                if obj[0] == SNAP:
+                    self._on_snapshot(obj)
 
     def _on_snapshot(self, obj: list) -> None:
         _, key, data = obj
@@ -973,9 +1049,10 @@ class Replica:
     def _updated(self) -> None:
         s = self.state
         s.set_arbiters(self.arbs)
+        self.joint, self.base, self.key = self.coming
         if self.durable:
             self._journal(journaling.ADOPT, journaling.adopt_record(s.epoch, s.applied),
-                          journaling.image(s, self._incarnations(), self._epoch_info()))
+                          self._image())
         self.stats["snapshots_received"] += 1
         self.await_key, self.incoming = None, None
         held, self.held = self.held, []
@@ -1182,8 +1259,8 @@ def _uids(x: Any) -> bool:
 
 
 def _positions(data: Any, order: list) -> Optional[dict]:
-    """{uid: (epoch, applied, members, earlier incarnations, joint, base, key, on disk)} of
-    every member in ``order`` from a state exchange's announcements (the last five as in
+    """{uid: (epoch, applied, members, earlier incarnations, joint, base, key, on disk,
+    promised)} of every member in ``order`` from a state exchange's announcements (the last six as in
     ``exchange_data``, empty from a member that is not durable), or None when one is
     missing or malformed."""
     if type(data) is not dict:
@@ -1191,17 +1268,21 @@ def _positions(data: Any, order: list) -> Optional[dict]:
     out = {}
     for uid in order:
         p = data.get(uid)
-        if type(p) is not list or len(p) not in (3, 8):
+        if type(p) is not list or len(p) not in (3, 8, 9):
             return None
         epoch, applied, members, *rest = p
-        was, joint, base, key, on_disk = rest or ([], [], [], [], False)
+        was, joint, base, key, on_disk = rest[:5] or ([], [], [], [], False)
+        # the highest number promised (a durable build before the ballot: its epoch; a
+        # member with no journal: None)
+        promised = (rest[5] if len(rest) > 5 else epoch) if rest else None
         if type(epoch) is not int or type(applied) is not int or not _uids(members) or \
                 not _uids(was) or len(was) > journaling.MAX_INCARNATIONS or \
                 type(joint) is not list or len(joint) > journaling.MAX_JOINT or \
                 not all(_uids(x) for x in joint) or type(key) is not list or \
                 not (base == [] or (type(base) is list and len(base) == 2 and
                                     all(type(x) is int for x in base))) or \
-                (joint and not base) or type(on_disk) is not bool:
+                (joint and not base) or type(on_disk) is not bool or \
+                (promised is not None and type(promised) is not int):
             return None
-        out[uid] = (epoch, applied, members, was, joint, base, key, on_disk)
+        out[uid] = (epoch, applied, members, was, joint, base, key, on_disk, promised)
     return out

@@ -55,10 +55,19 @@ def settle_all(bus, disks, rounds=5) -> None:
     bus.flush()
 
 
+def promise_round(bus, disks) -> None:
+    """The ballot's round after a view (durable.py): every disk syncs the epoch's promise,
+    then the promises go out; the epoch takes effect."""
+    for r, d in zip(bus.replicas, disks):
+        if r.local not in bus.cut:
+            d.sync(r)
+    bus.flush()
+
+
 def restarted(bus, disks, which, cfg=CFG) -> list:
     """New incarnations (new uids) of the members ``which``, from their journals; the
     others are fresh members with no journal."""
-    k = bus.counter + 10
+    k = 100 + len(bus.addrs) * bus.counter  # uids never used before
     bus.addrs = [Address(bytes([k + i]) * 16, f"m{i}") for i in range(len(bus.addrs))]
     reps = []
     for i, a in enumerate(bus.addrs):
@@ -133,7 +142,8 @@ def test_replay_stops_at_an_adoption_whose_snapshot_never_came():
     a.publish("q", b"while c was away")
     settle_all(bus, disks)
     bus.cut = set()
-    bus.view()  # c is stale: it adopts a's state
+    bus.view()  # c is stale: once the epoch is promised, it adopts a's state
+    promise_round(bus, disks)
     entries = c.take_journal()
     assert [e.kind for e in entries][:1] == [ADOPT]
     # the marker and what came after it reached the disk, the snapshot did not
@@ -170,6 +180,8 @@ def test_every_member_restarted_from_its_journal_forms_the_queue_again():
     for r, old in zip(reps, old_uids):
         assert r.exchange_data()[3] == [old]  # it stands for its old incarnation
     bus.view()  # primary id 1 again, below the journals' epoch
+    assert all(r.phase is Phase.PROMISE for r in reps)
+    promise_round(bus, disks)
     assert all(r.phase is Phase.ACTIVE for r in reps)
     assert all(r.state.epoch > old_epoch for r in reps)
     settle_all(bus, disks)  # the new epoch on most disks of the last one: established
@@ -197,14 +209,16 @@ def test_a_malformed_durable_position_is_refused():
     order = [u]
     ok = [1, 2, [u], [b"x" * 16], [[u]], [1, 0], [u, 3], True]
     assert _positions({u: ok}, order)[u] == (1, 2, [u], [b"x" * 16], [[u]], [1, 0], [u, 3],
-                                             True)
-    assert _positions({u: [1, 2, [u]]}, order)[u][3:] == ([], [], [], [], False)
+                                             True, 1)  # a build before the ballot
+    assert _positions({u: ok + [7]}, order)[u][8] == 7
+    assert _positions({u: [1, 2, [u]]}, order)[u][3:] == ([], [], [], [], False, None)
     for bad in ([1, 2, [u], [b"x"]],                       # a field missing
                 [1, 2, [u], ["not bytes"], [], [], [], True],
                 [1, 2, [u], [b"x"] * 17, [], [], [], True],  # too many incarnations
                 [1, 2, [u], [], [[u]], [], [], True],        # provisional without its base
                 [1, 2, [u], [], [[u]], [1], [], True],
                 [1, 2, [u], [], [], [], [], 1],              # not a bool
+                [1, 2, [u], [], [], [], [], True, "7"],      # promised: not an int
                 [1, 2, [u], [], [[u]] * 9, [1, 0], [], True]):  # too many lists
         assert _positions({u: bad}, order) is None, bad
 
@@ -219,6 +233,7 @@ def five_then_two_join() -> tuple:
     settle_all(bus, disks)
     bus.cut = set()
     bus.view()
+    promise_round(bus, disks)
     return bus, disks
 
 
@@ -251,3 +266,76 @@ def test_a_view_without_most_of_the_epochs_an_unestablished_one_came_from_waits(
     bus.only(a, d, e)  # three of E's five, one of B's three
     assert all(r.phase is Phase.NOT_PRIMARY for r in (a, d, e))
     assert a.stats["no_quorum_joint"] == 1
+
+
+def settle(bus, pairs, rounds=5) -> None:
+    """settle_all, syncing only the (replica, disk) ``pairs``."""
+    for _ in range(rounds):
+        bus.flush()
+        for r, d in pairs:
+            d.sync(r)
+    bus.flush()
+
+
+def two_epochs_from_one_state(promised: bool) -> None:
+    """Epoch B on every disk. A view of all three begins an epoch (``promised``: every disk
+    promised it first), only a syncs what it did there (three publishes), then every
+    member loses power. b and c restart and form an epoch from B; a publish completes
+    there (b and c have it on disk), but b crashes before it hears that the epoch is
+    established. a and b restart: their journals hold two epochs from one state, a's with
+    more batches. a and b must not take a's, nor the queue without "e2"; with c back, the
+    queue has it."""
+    bus, disks = durable_bus()
+    a, b, c = bus.replicas
+    bus.view()
+    a.create("q")
+    settle_all(bus, disks)
+    bus.view()
+    if promised:
+        promise_round(bus, disks)
+    early = [c.publish("q", b"e1-%d" % i) for i in range(3)]
+    settle(bus, [(a, disks[0])])
+    assert not any(r.done for r in early)  # on a's disk at most
+    assert a.synced[0] == a.state.epoch or not promised
+    _a1, b1, c1 = restarted(bus, disks, which={1, 2})  # a stays down
+    bus.only(b1, c1)
+    for _ in range(3):  # the ballot's round
+        if b1.phase is Phase.ACTIVE and c1.phase is Phase.ACTIVE:
+            break
+        disks[1].sync(b1)
+        disks[2].sync(c1)
+        bus.flush()
+    assert b1.phase is Phase.ACTIVE and b1.joint  # not established yet
+    later = c1.publish("q", b"e2")
+    bus.flush()
+    disks[1].sync(b1)  # the epoch and "e2" on b's disk; b reports it, then crashes
+    bus.flush()
+    bus.cut.add(b1.local)
+    settle(bus, [(c1, disks[2])])
+    assert later.done and later.error is None  # on b's and c's disks
+    assert b1.joint  # b never heard that the epoch is established
+    a2, b2, _c2 = restarted(bus, disks, which={0, 1})  # c stays down
+    bus.only(a2, b2)
+    if a2.phase is not Phase.NOT_PRIMARY:  # it may wait for c; it must not go on without "e2"
+        settle(bus, [(a2, disks[0]), (b2, disks[1])])
+        assert b"e2" in [m.body for m in a2.state.queues["q"].msgs.values()]
+    a3, b3, c3 = restarted(bus, disks, which={0, 1, 2})
+    bus.view()
+    settle_all(bus, disks)
+    assert all(r.phase is Phase.ACTIVE for r in (a3, b3, c3))
+    acq = b3.acquire("q", 10, many=True)
+    settle_all(bus, disks)
+    assert b"e2" in [d.body for d in acq.result]
+
+
+def test_two_epochs_formed_from_one_state_across_a_power_cut_do_not_tie():
+    """The durable ballot (Paxos's promise): the first epoch leaves no trace on a's disk
+    before most disks promised its number. Without it, b and c numbered theirs alike and
+    a's, with more batches, won: the acknowledged publish was gone."""
+    two_epochs_from_one_state(promised=False)
+
+
+def test_a_later_formation_numbers_itself_above_a_promised_epoch():
+    """The first epoch was promised by every disk and is on a's with its batches: b and c,
+    which promised it, number theirs above it, so theirs ranks first."""
+    two_epochs_from_one_state(promised=True)
