@@ -468,8 +468,8 @@ class Group:
 
     def _keep_names(self, every: list) -> list:
         """The planned slots, where a node already runs members of this group under other
-        names (a node's name depends on its peers': two nodes with one host name get the
-        node id added), with those names: a node keeps its members, never gets a second
+        names (a node's name depends on its peers': two nodes with one host name get their
+        IP or node id added), with those names: a node keeps its members, never gets a second
         set."""
         planned = {s.name for s in every}
         others = [n for n in self.list_groups(self.namespace).get(self.cluster, [])

@@ -3,8 +3,10 @@
 Members are named after their node, ``<node label>-<k>`` (k = 0, 1, ... on that node), so the
 same member gets the same name whoever launches it: a second ``Group.launch`` (or each node's
 ``raygroups up`` in cluster.yaml) finds the existing actors by name and attaches
-(``get_if_exists``). The node label is the node's host name, or the host name plus the start
-of the node id when two live nodes share a host name. Actors are named
+(``get_if_exists``). The node label is the node's host name; when live nodes share a host
+name, the host name plus the node's IP (stable across Ray restarts, so a durable group
+launched again finds its members' journals); when they share that too (several raylets on
+one machine), the host name plus the start of the node id. Actors are named
 ``raygroups:<cluster>:<member>`` in the namespace ``raygroups``.
 
 Addresses: a member binds its sockets to its node's IP as Ray reports it, so on a local Ray
@@ -87,12 +89,15 @@ def _clean(text: str) -> str:
 
 
 def node_labels(nodes: list[dict]) -> dict:
-    """{node id: label}: the host name, made unique with the node id's start if needed."""
+    """{node id: label}: the host name, made unique with the IP, then the node id's start,
+    if needed."""
     hosts = [_clean(n.get("NodeManagerHostname") or n.get("NodeManagerAddress", "node"))
              for n in nodes]
+    with_ip = [f"{h}-{_clean(n.get('NodeManagerAddress', ''))}" for n, h in zip(nodes, hosts)]
     out = {}
-    for n, h in zip(nodes, hosts):
-        out[n["NodeID"]] = h if hosts.count(h) == 1 else f"{h}-{n['NodeID'][:6]}"
+    for n, h, hi in zip(nodes, hosts, with_ip):
+        out[n["NodeID"]] = h if hosts.count(h) == 1 else \
+            hi if with_ip.count(hi) == 1 else f"{h}-{n['NodeID'][:6]}"
     return out
 
 

@@ -7,8 +7,9 @@
   each with an sshd (Debian's openssh-server) listening on its own address, accepting only
   a key made for this run (``ssh-keygen``, in the lab's directory, 0600);
 * each host has a private ``/tmp/ray`` (a mount namespace with a bind mount; Ray keeps its
-  sessions, sockets and the local provider's cluster state there), as separate machines
-  would, and its own PID namespace (its sshd is PID 1 there): ``ray stop``, which
+  sessions, sockets and the local provider's cluster state there, durable members their
+  journals; kept across ``ray down`` and ``ray up``, as a machine's disk), as separate
+  machines would, and its own PID namespace (its sshd is PID 1 there): ``ray stop``, which
   ``cluster.yaml`` runs on every node, kills every Ray process it can see, and must see
   only its host's (not the other hosts', nor the test run's own Ray);
 * each host has a default route through its own interface, so that Ray finds the host's
@@ -78,9 +79,11 @@ def available() -> tuple[bool, str]:
 
 
 class RayHosts:
-    def __init__(self, n: int = 5, venv: str = sys.prefix, cluster: Optional[str] = None):
+    def __init__(self, n: int = 5, venv: str = sys.prefix, cluster: Optional[str] = None,
+                 up_args: str = ""):
+        """``up_args``: added to cluster.yaml's ``raygroups up`` line (e.g. ``--durable``)."""
         self.lab = NetLab(n, keep_logs=bool(os.environ.get("RAYBED_KEEP_LOGS")))
-        self.n, self.venv = n, venv
+        self.n, self.venv, self.up_args = n, venv, up_args
         self.cluster_name = cluster or f"rgbed{os.getpid()}"
         self.config_path: Optional[str] = None
         # as cluster.yaml says to run it (Ray's v1 autoscaler for the local provider)
@@ -249,9 +252,9 @@ class RayHosts:
             for cmd in c["setup_commands"] if "bashrc" in cmd] + [
             f"{self.venv}/bin/python -c 'import raygroups.actors'"]
         for key in ("head_start_ray_commands", "worker_start_ray_commands"):
-            c[key] = [cmd.replace("~/raygroups-venv", self.venv).replace(" up orders ",
-                                                                        f" up {self.group} ")
-                      for cmd in c[key]]
+            c[key] = [cmd.replace("~/raygroups-venv", self.venv).replace(
+                " up orders ", f" up {self.group} {self.up_args} ".replace("  ", " "))
+                for cmd in c[key]]
         # a worker's raylet gives up on a head that went away (ray down) after 10 s instead
         # of 60: what the test waits for after ray down
         c["worker_start_ray_commands"] = [

@@ -10,7 +10,11 @@ cluster.yaml says) ends with one member on each of the four hosts; killing every
 one host takes its member out of the view; after ``ray down`` no process but sshd is left
 on any host (a worker's raylet exits once the head's GCS has been gone for its reconnect
 timeout, and cluster.yaml's watchdog then runs ``ray stop`` there), and closing the bed
-leaves no namespace. (A node that joins a running cluster gets its member without a
+leaves no namespace. The group is durable (``--durable`` on cluster.yaml's ``raygroups up``
+line, as its comment says): a driver publishes 20 messages and accepts 5 after the first
+``ray up``; after ``ray down`` and ``ray up`` again (the killed host booted again), a
+driver finds exactly the 15 it did not accept, through two restarts of Ray on every node
+and a host's power cut (the Qpid new-cluster design's persistent cluster). (A node that joins a running cluster gets its member without a
 restart: tests/integration/test_follow_nodes.py, on a multi-node Ray on loopback.)
 Skips (with the reason) only where it cannot be root or build namespaces, or sshd/rsync are
 missing.
@@ -57,8 +61,47 @@ def fail(r, what: str) -> str:
     return f"{what} failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
 
 
+def on_head(bed: RayHosts, code: str, what: str) -> list:
+    """``code`` run by a driver on the head host after attaching to the group as ``g``;
+    the words of its output line that begins with ``out``."""
+    src = ("import ray; from raygroups.actors import Group; "
+           "from raygroups.stack.workqueue import AcquireTimeout; "
+           "ray.init(address='auto', logging_level='ERROR'); "
+           f"g = Group.attach('{bed.group}')\n{code}")
+    r = bed.run(HEAD, [f"{bed.venv}/bin/python", "-c", src], timeout=180)
+    assert r.returncode == 0, fail(r, what)
+    lines = [x.split()[1:] for x in r.stdout.splitlines() if x.startswith("out")]
+    assert len(lines) == 1, r.stdout  # (Ray's driver may print the autoscaler's events)
+    return lines[0]
+
+
+PUBLISH = """q = g.queue("jobs", durable=True)
+q.publish_many([b"job-%d" % k for k in range(20)])
+got = []
+while len(got) < 5:
+    got += q.acquire_many(5 - len(got), timeout_s=60)
+for d in got:
+    d.accept()
+print("out", *sorted(d.body.decode() for d in got))
+"""
+DRAIN = """q = g.queue("jobs")
+left = []
+while True:
+    try:
+        batch = q.acquire_many(50, timeout_s=10)
+    except AcquireTimeout:
+        break
+    if not batch:
+        break
+    left += batch
+    for d in batch:
+        d.accept()
+print("out", *sorted(d.body.decode() for d in left))
+"""
+
+
 def test_ray_up_on_hosts_then_kill_a_host_and_down():
-    bed = RayHosts(5)
+    bed = RayHosts(5, up_args="--durable")
     tag = bed.lab.tag
     with bed:
         r = bed.ray_up(HEAD, [W1, W2])
@@ -71,15 +114,11 @@ def test_ray_up_on_hosts_then_kill_a_host_and_down():
         assert token and token not in r.stdout + r.stderr, "ray up's output shows no token"
         assert os.stat(token_file).st_mode & 0o777 == 0o600
 
-        driver = ("import ray; from raygroups.actors import Group; "
-                  "ray.init(address='auto', logging_level='ERROR'); "
-                  f"g = Group.attach('{bed.group}'); v = g.view(); "
-                  "print('members', len(v.members), sorted(g.member_names()))")
-        r = bed.run(HEAD, [f"{bed.venv}/bin/python", "-c", driver], timeout=120)
-        assert r.returncode == 0, fail(r, "Group.attach on the head")
-        # (Ray's driver may print the autoscaler's events around it)
-        assert [x.split()[1] for x in r.stdout.splitlines() if x.startswith("members ")] == \
-            ["3"], r.stdout
+        out = on_head(bed, "v = g.view(); print('out', len(v.members), *g.member_names())",
+                      "Group.attach on the head")
+        assert out[0] == "3" and len(out) == 4, out
+        accepted = on_head(bed, PUBLISH, "publishing to the durable queue")
+        assert len(accepted) == 5, accepted
 
         r = bed.ray_up(HEAD, [W1, W2, W3])  # a fourth host in worker_ips, the same ray up
         assert r.returncode == 0, fail(r, "the second ray up")
@@ -103,4 +142,11 @@ def test_ray_up_on_hosts_then_kill_a_host_and_down():
             time.sleep(1.0)
         assert not left(), f"after ray down: {[c[:120] for c in left()]}\n{fail(r, 'down')}"
         assert bed.commands(W2) == []
+
+        bed.restart_sshd(W2)  # the host that lost power boots again
+        r = bed.ray_up(HEAD, [W1, W2, W3])
+        assert r.returncode == 0, fail(r, "ray up after ray down")
+        wait_members(bed, four, "after ray down and ray up")
+        left = on_head(bed, DRAIN, "draining the durable queue")
+        assert sorted(left) == sorted({f"job-{k}" for k in range(20)} - set(accepted)), left
     assert not [ns for ns in _netns_list() if tag in ns], "namespaces left behind"
