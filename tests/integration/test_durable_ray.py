@@ -12,7 +12,9 @@ pytest_plugins = ["tests.ray_fixtures"]
 
 
 from raygroups.actors import Group, ray_compat  # noqa: E402
-from raygroups.stack.workqueue import AcquireTimeout, QueueNotDurable  # noqa: E402
+from raygroups.stack.workqueue import QueueNotDurable  # noqa: E402
+
+from ..drain import drain  # noqa: E402
 
 WAIT_S = 90.0
 
@@ -43,18 +45,7 @@ def test_a_durable_group_launched_again_keeps_what_was_not_accepted(ray_session)
         g = Group.launch(name, members=3, durable=True, timeout=WAIT_S, metrics_interval_s=0,
                          http=False)
         assert sorted(g.member_names()) == names  # the same members, on their journals
-        q = g.queue("orders")
-        left = []
-        while True:
-            try:
-                batch = q.acquire_many(50, timeout_s=3)
-            except AcquireTimeout:
-                break
-            if not batch:
-                break
-            left += batch
-            for d in batch:
-                d.accept()
+        left = drain(g.queue("orders"))
         assert sorted(d.body for d in left) == sorted(set(bodies) - accepted)
         assert {d.body for d in held} <= {d.body for d in left if d.redelivered}
         with pytest.raises(ValueError, match="durable=True"):  # not attached as memory-only

@@ -25,7 +25,7 @@ import time
 
 import pytest
 
-from ..raybed import RayHosts, available
+from ..raybed import REPO, RayHosts, available
 from ..netns import _netns_list
 
 _ok, _why = available()
@@ -65,7 +65,6 @@ def on_head(bed: RayHosts, code: str, what: str) -> list:
     """``code`` run by a driver on the head host after attaching to the group as ``g``;
     the words of its output line that begins with ``out``."""
     src = ("import ray; from raygroups.actors import Group; "
-           "from raygroups.stack.workqueue import AcquireTimeout; "
            "ray.init(address='auto', logging_level='ERROR'); "
            f"g = Group.attach('{bed.group}')\n{code}")
     r = bed.run(HEAD, [f"{bed.venv}/bin/python", "-c", src], timeout=180)
@@ -84,19 +83,8 @@ for d in got:
     d.accept()
 print("out", *sorted(d.body.decode() for d in got))
 """
-DRAIN = """q = g.queue("jobs")
-left = []
-while True:
-    try:
-        batch = q.acquire_many(50, timeout_s=10)
-    except AcquireTimeout:
-        break
-    if not batch:
-        break
-    left += batch
-    for d in batch:
-        d.accept()
-print("out", *sorted(d.body.decode() for d in left))
+DRAIN = f"""import sys; sys.path.insert(0, {REPO!r}); from tests.drain import drain
+print("out", *sorted(d.body.decode() for d in drain(g.queue("jobs"), timeout_s=10)))
 """
 
 
