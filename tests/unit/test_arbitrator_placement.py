@@ -43,10 +43,10 @@ def test_without_a_free_node_it_shares_the_node_with_the_fewest():
     assert slot.name == "a-arbitrator" and slot.k == ARBITRATOR_K and shared
 
 
-def test_nodes_sharing_a_host_name_keep_the_node_id_in_the_name():
+def test_nodes_sharing_a_host_name_keep_their_ip_in_the_name():
     nodes = alive_nodes([node(1, "h", head=True), node(2, "h")])
     slot, shared = arbitrator_slot(nodes, plan(nodes, members=1))
-    assert slot.name == "h-node2x-arbitrator" and not shared
+    assert slot.name == "h-10.0.0.2-arbitrator" and not shared
 
 
 def test_no_live_node_is_an_error():
