@@ -988,7 +988,8 @@ class Replica:
     def _check_promises(self) -> None:
         epoch, joint = self.forming[0], self.forming[4]
         voted = self.promises.get((tuple(self.view_key), epoch), set())
-        # arbitrators and members without a disk promise nothing (as for establishment)
+        # arbitrators, members without a disk and older builds promise nothing (as for
+        # establishment, arbitrators count)
         stands = set(self.arbs).union(*(self.claims.get(m, {m}) for m in voted))
         stands |= self.diskless
         if any(2 * sum(1 for m in x if m in stands) <= len(x) for x in joint):
@@ -1272,9 +1273,10 @@ def _positions(data: Any, order: list) -> Optional[dict]:
             return None
         epoch, applied, members, *rest = p
         was, joint, base, key, on_disk = rest[:5] or ([], [], [], [], False)
-        # the highest number promised (a durable build before the ballot: its epoch; a
-        # member with no journal: None)
-        promised = (rest[5] if len(rest) > 5 else epoch) if rest else None
+        # the highest number promised; None from a member that promises nothing: one with no
+        # journal, or a durable build before the ballot (a durable view with one goes on
+        # without its promise, as that build does: the ballot holds once all run this one)
+        promised = rest[5] if len(rest) > 5 else None
         if type(epoch) is not int or type(applied) is not int or not _uids(members) or \
                 not _uids(was) or len(was) > journaling.MAX_INCARNATIONS or \
                 type(joint) is not list or len(joint) > journaling.MAX_JOINT or \

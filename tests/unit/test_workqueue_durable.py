@@ -209,7 +209,7 @@ def test_a_malformed_durable_position_is_refused():
     order = [u]
     ok = [1, 2, [u], [b"x" * 16], [[u]], [1, 0], [u, 3], True]
     assert _positions({u: ok}, order)[u] == (1, 2, [u], [b"x" * 16], [[u]], [1, 0], [u, 3],
-                                             True, 1)  # a build before the ballot
+                                             True, None)  # a build before the ballot
     assert _positions({u: ok + [7]}, order)[u][8] == 7
     assert _positions({u: [1, 2, [u]]}, order)[u][3:] == ([], [], [], [], False, None)
     for bad in ([1, 2, [u], [b"x"]],                       # a field missing
@@ -339,3 +339,20 @@ def test_a_later_formation_numbers_itself_above_a_promised_epoch():
     """The first epoch was promised by every disk and is on a's with its batches: b and c,
     which promised it, number theirs above it, so theirs ranks first."""
     two_epochs_from_one_state(promised=True)
+
+
+def test_a_durable_member_of_a_build_before_the_ballot_counts_as_promised():
+    """It announces eight fields and never sends PROMISED (it forms at once, as that build
+    does): a durable view with it goes on with the promises of the others, so a rolling
+    upgrade from that build never waits for it."""
+    bus, disks = durable_bus()
+    a, b, c = bus.replicas
+    b.exchange_data = lambda: Replica.exchange_data(b)[:8]
+    bus.view()
+    a.create("q")
+    settle_all(bus, disks)
+    bus.view()
+    assert a.phase is Phase.PROMISE
+    disks[0].sync(a)  # a's promise and b, which promises nothing: two of three
+    bus.flush()
+    assert a.phase is Phase.ACTIVE and c.phase is Phase.ACTIVE  # c counts a's and b
