@@ -207,7 +207,7 @@ class HttpApi:
         return _json({"member": {k: info[k] for k in (
                           "name", "cluster", "uuid", "address", "node_id", "state", "view_id",
                           "view_size", "coordinator", "pid", "restarts", "paused_until",
-                          "role")},
+                          "role", "durable")},
                       "members": info["members"],
                       "views": m.view_history()[-50:][::-1],
                       "suspected": info["suspected"],

@@ -1,7 +1,8 @@
 """The status page a member serves at ``/``: plain HTML and a little JavaScript that fetches
 ``/membership/status`` every second and redraws. No external assets (works offline).
 
-Element ids (tests and scrapers rely on them): ``#me``, ``#members`` (one ``tr`` per member,
+Element ids (tests and scrapers rely on them): ``#me`` (``data-durable``: "true" when this
+member journals its queues, shown as "queues journaled"), ``#members`` (one ``tr`` per member,
 ``data-member=<name>``, ``data-state=<state>``, ``data-recovery=<recovery status>``,
 ``data-role=<data or arbitrator>``), ``#views``, ``#suspected``, ``#suspicions``, ``#traffic``,
 ``#dropped``, ``#updated`` (the time of the last successful refresh), ``#error``.
@@ -63,7 +64,9 @@ function render(s) {
     "member <b>" + esc(me.name) + "</b> <span class=mono>" + esc(me.uuid_text) + "</span> at " +
     esc(me.address) + " &middot; state <span class='" + esc(me.state) + "'>" + esc(me.state) +
     "</span> &middot; view <b id=viewid>" + vid(me.view_id) + "</b> (" + esc(me.view_size) +
-    " members)" + (me.coordinator ? " &middot; coordinator" : "");
+    " members)" + (me.coordinator ? " &middot; coordinator" : "") +
+    (me.durable ? " &middot; queues journaled" : "");
+  document.getElementById("me").dataset.durable = me.durable ? "true" : "false";
   fill("members", s.members.map((m, i) =>
     "<tr data-member='" + esc(m.name) + "' data-role='" + esc(m.role) +
     "' data-state='" + esc(m.state) +

@@ -3,6 +3,7 @@
 dir; the group shut down (every member actor gone) and launched again under its name finds
 every acknowledged, unaccepted message (as ``ray down && ray up`` on the same nodes). A
 durable queue asked of a group launched without ``durable`` raises QueueNotDurable."""
+import asyncio
 import os
 import shutil
 
@@ -14,6 +15,7 @@ pytest_plugins = ["tests.ray_fixtures"]
 from raygroups.actors import Group, ray_compat  # noqa: E402
 from raygroups.stack.workqueue import QueueNotDurable  # noqa: E402
 
+from .. import cdp  # noqa: E402
 from ..drain import drain  # noqa: E402
 
 WAIT_S = 90.0
@@ -65,3 +67,25 @@ def test_a_durable_queue_of_a_group_that_journals_nothing_is_refused(ray_session
         g.queue("orders").publish(b"memory only")  # durable=False: allowed, in memory
     finally:
         g.shutdown()
+
+
+@pytest.mark.skipif(not cdp.available(),
+                    reason=f"no Chromium at {cdp.CHROMIUM} (Debian: apt-get install chromium)")
+def test_the_status_page_says_a_durable_member_journals(ray_session):
+    """In a real browser: the status page of a durable group's member says "queues
+    journaled" (tests/integration/test_http_api.py: a group without it does not)."""
+    name = f"t-durpage-{os.getpid()}"
+    g = Group.launch(name, members=1, durable=True, timeout=WAIT_S, metrics_interval_s=0)
+    try:
+        url = next(iter(g.status_urls().values()))
+
+        async def main():
+            async with cdp.Chromium() as page:
+                await page.goto(url)
+                await page.wait_for("document.getElementById('me').dataset.durable === 'true'")
+                return await page.eval("document.getElementById('me').textContent")
+        assert "queues journaled" in asyncio.run(main())
+    finally:
+        g.shutdown()
+        shutil.rmtree(os.path.join(ray_compat.node_temp_dir(), "raygroups", "journal", name),
+                      ignore_errors=True)

@@ -148,6 +148,9 @@ def test_status_page_in_chromium_follows_a_leave(group, urls):
             recovery = await page.eval("[...document.querySelectorAll('#members tbody tr')]"
                                        ".map(r => r.dataset.recovery)")
             assert set(recovery) == {"ONLINE"}
+            # not durable (tests/integration/test_durable_ray.py: a durable one says so)
+            assert await page.eval("document.getElementById('me').dataset.durable") == "false"
+            assert "journaled" not in await page.eval("document.getElementById('me').textContent")
             status, body = await asyncio.to_thread(
                 call, urls[leaver] + "membership/unsubscribe", "POST", token)
             # the gossip design's unsubscribe: confirmed by the group, then the member's
