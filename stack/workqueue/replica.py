@@ -1261,9 +1261,9 @@ def _uids(x: Any) -> bool:
 
 def _positions(data: Any, order: list) -> Optional[dict]:
     """{uid: (epoch, applied, members, earlier incarnations, joint, base, key, on disk,
-    promised)} of every member in ``order`` from a state exchange's announcements (the last six as in
-    ``exchange_data``, empty from a member that is not durable), or None when one is
-    missing or malformed."""
+    promised)} of every member in ``order`` from a state exchange's announcements (the last
+    six as in ``exchange_data``, empty from a member that is not durable), or None when one
+    is missing or malformed."""
     if type(data) is not dict:
         return None
     out = {}

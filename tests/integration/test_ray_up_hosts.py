@@ -14,8 +14,9 @@ leaves no namespace. The group is durable (``--durable`` on cluster.yaml's ``ray
 line, as its comment says): a driver publishes 20 messages and accepts 5 after the first
 ``ray up``; after ``ray down`` and ``ray up`` again (the killed host booted again), a
 driver finds exactly the 15 it did not accept, through two restarts of Ray on every node
-and a host's power cut (the Qpid new-cluster design's persistent cluster). (A node that joins a running cluster gets its member without a
-restart: tests/integration/test_follow_nodes.py, on a multi-node Ray on loopback.)
+and a host's power cut (the Qpid new-cluster design's persistent cluster). (A node that
+joins a running cluster gets its member without a restart:
+tests/integration/test_follow_nodes.py, on a multi-node Ray on loopback.)
 Skips (with the reason) only where it cannot be root or build namespaces, or sshd/rsync are
 missing.
 """
