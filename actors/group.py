@@ -1163,9 +1163,13 @@ class Group:
         except Exception:  # the GCS unreachable: the ring goes with the cluster
             pass
         self._gather(self._each("close", min(5.0, timeout)), timeout)
-        for h in [h for h in self._handles.values() if h is not None]:
+        for n in list(self._handles):
+            # by name too: a member whose handle was dropped (a call to it failed while Ray
+            # restarted it) would live on, and _wait_gone wait its whole timeout for it
+            h = self._handles[n] or self._lookup(n)
             try:
-                ray.kill(h, no_restart=True)
+                if h is not None:
+                    ray.kill(h, no_restart=True)
             except Exception:
                 pass
         self._wait_gone(set(self._handles), timeout)
