@@ -16,13 +16,19 @@ BUGGIFY ?= test
 demo: $(VENV)/.installed
 	$(PY) -m raygroups.integration.demo
 
-# The unit and simulator tests (CPU only, each on its own) on two processes, then the tests
-# on real sockets, Ray, Spark and network namespaces one at a time (they share one Ray and
-# one RayDP session). PYTEST_ARGS="<files, ids or options>" runs one plain pytest instead.
+# The tests on real sockets, Ray, Spark and network namespaces one at a time (they share one
+# Ray and one RayDP session, and mostly wait), and beside them, at a lower priority, the unit
+# and simulator tests (CPU only); the latter's report follows the former's. Either failing
+# fails the run. PYTEST_ARGS="<files, ids or options>" runs one plain pytest instead.
 test: $(VENV)/.installed
 ifeq ($(strip $(PYTEST_ARGS)),)
-	$(PY) -m pytest -q -p no:cacheprovider -n 2 --durations=10 tests/unit tests/sim
-	$(PY) -m pytest -q -p no:cacheprovider --durations=25 tests/integration
+	@log=$$(mktemp); \
+	nice -n 10 $(PY) -m pytest -q -p no:cacheprovider --durations=10 tests/unit tests/sim \
+		> $$log 2>&1 & cpu=$$!; \
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 tests/integration; real=$$?; \
+	wait $$cpu; sims=$$?; \
+	echo "== the unit and simulator tests (exit $$sims):"; cat $$log; rm -f $$log; \
+	test $$real -eq 0 && test $$sims -eq 0
 else
 	$(PY) -m pytest -q -p no:cacheprovider --durations=25 $(PYTEST_ARGS)
 endif
