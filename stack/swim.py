@@ -225,7 +225,10 @@ class Swim(Layer):
         if p is None or p.acked:
             self.probes.pop(seq, None)
             return
-        others = [a for a, n in self.nodes.items() if a != p.target and n.state == ALIVE_S]
+        # (UUIDs compared: ``a != target`` is a Python call per member, and a partition
+        # times out O(N) probes per round)
+        tuid = p.target.uid
+        others = [a for a, n in self.nodes.items() if a.uid != tuid and n.state == ALIVE_S]
         helpers = self.ctx.rng.sample(others, min(self.config.indirect_probes, len(others)))
         p.asked = len(helpers)
         for h in helpers:
@@ -411,7 +414,7 @@ class Swim(Layer):
                 self.seen[key] = ctime
                 self.log.restamp(key, first, ctime, (kind, uid, inc, extra, 0, ctime))
             if not own:
-                if kind in (SUSPECT, REMOVE) and addr == self.ctx.local:
+                if kind in (SUSPECT, REMOVE) and uid == self.ctx.local.uid:
                     self._deny(inc, sender)  # the sender still holds it: it needs our answer
                 elif kind == ALIVE and self._refutes(addr, inc):
                     # seen while its member was not in our list yet (a joiner hears the
@@ -637,7 +640,8 @@ class Swim(Layer):
         seq = self.seq
         p = self.probes[seq] = _Probe(addr)
         p.verify = n.inc
-        others = [a for a, o in self.nodes.items() if a != addr and o.state == ALIVE_S]
+        auid = addr.uid
+        others = [a for a, o in self.nodes.items() if a.uid != auid and o.state == ALIVE_S]
         helpers = self.ctx.rng.sample(others, min(cfg.indirect_probes, len(others)))
         p.asked = len(helpers)
         self._send(addr, [PING, seq, None])
