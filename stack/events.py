@@ -163,6 +163,8 @@ class ConnectionLost:
 class MembersChanged:
     """Gossip mode: SWIM's own member list changed (sent up, in address order)."""
     members: tuple
+    member_set: Optional[frozenset] = None
+    """The same members as a set, when the sender built one (``View.member_set``)."""
 
 
 @dataclass

@@ -81,7 +81,8 @@ class GossipMembership(Layer):
             if self.view is not None and ev.members == self.view.members:
                 return None
             self.counter += 1
-            prev, self.view = self.view, View(ViewId(ev.members[0], self.counter), ev.members)
+            prev, self.view = self.view, View(ViewId(ev.members[0], self.counter),
+                                              ev.members).with_member_set(ev.member_set)
             self.below.down_event(ViewInstalled(self.view, prev))
             return self.above.up_event(ViewChange(self.view, prev))
         return self.above.up_event(ev)

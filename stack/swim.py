@@ -23,6 +23,7 @@ reconnected: told of their death, they refute it and come back (swim_reconnect.p
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, insort
 from collections import OrderedDict
 from operator import attrgetter, itemgetter
 from dataclasses import dataclass
@@ -135,6 +136,7 @@ class Swim(Layer):
     def __init__(self, config: SwimConfig):
         super().__init__(config)
         self.nodes: dict = {}
+        self.listed: list = []  # gossip mode: the addresses of ``nodes`` in address order
         self.inc = 0
         self.active = False
         self.order: list = []
@@ -223,7 +225,10 @@ class Swim(Layer):
         if p is None or p.acked:
             self.probes.pop(seq, None)
             return
-        others = [a for a, n in self.nodes.items() if a != p.target and n.state == ALIVE_S]
+        # (UUIDs compared: ``a != target`` is a Python call per member, and a partition
+        # times out O(N) probes per round)
+        tuid = p.target.uid
+        others = [a for a, n in self.nodes.items() if a.uid != tuid and n.state == ALIVE_S]
         helpers = self.ctx.rng.sample(others, min(self.config.indirect_probes, len(others)))
         p.asked = len(helpers)
         for h in helpers:
@@ -409,7 +414,7 @@ class Swim(Layer):
                 self.seen[key] = ctime
                 self.log.restamp(key, first, ctime, (kind, uid, inc, extra, 0, ctime))
             if not own:
-                if kind in (SUSPECT, REMOVE) and addr == self.ctx.local:
+                if kind in (SUSPECT, REMOVE) and uid == self.ctx.local.uid:
                     self._deny(inc, sender)  # the sender still holds it: it needs our answer
                 elif kind == ALIVE and self._refutes(addr, inc):
                     # seen while its member was not in our list yet (a joiner hears the
@@ -453,6 +458,7 @@ class Swim(Layer):
                     self.dead.forget(addr)
                     self.stats["reconnected"] += 1
                 self.nodes[addr] = _Node(addr, inc)
+                insort(self.listed, addr, key=_uid)
                 self._members_changed()
                 return True
             if inc > n.inc:
@@ -581,6 +587,7 @@ class Swim(Layer):
         if self.config.mode == "gossip":
             addr, left = n.addr, reason == "left"
             del self.nodes[addr]
+            del self.listed[bisect_left(self.listed, addr.uid, key=_uid)]
             self.tombstones.pop(addr, None)
             self.tombstones[addr] = (n.inc, left)
             if len(self.tombstones) > self.config.rumor_cache:
@@ -603,8 +610,13 @@ class Swim(Layer):
     def _report_members(self) -> None:
         self.changed = False
         if self.active:
-            members = tuple(sorted([self.ctx.local, *self.nodes], key=_uid))
-            self.above.up_event(MembersChanged(members))
+            # (kept in order as members come and go, and the set built from the hashes
+            # ``nodes`` holds: each a C loop, where sorting and hashing N addresses took
+            # most of a 1,000-member formation's CPU, O(N) views of N at each member)
+            local, listed = self.ctx.local, self.listed
+            i = bisect_left(listed, local.uid, key=_uid)
+            members = (*listed[:i], local, *listed[i:])
+            self.above.up_event(MembersChanged(members, frozenset(self.nodes).union((local,))))
 
     # -- FD_SOCK: a lost watch connection (stack/fd_sock.py) -----------------------------
     def _connection_lost(self, addr) -> bool:
@@ -628,7 +640,8 @@ class Swim(Layer):
         seq = self.seq
         p = self.probes[seq] = _Probe(addr)
         p.verify = n.inc
-        others = [a for a, o in self.nodes.items() if a != addr and o.state == ALIVE_S]
+        auid = addr.uid
+        others = [a for a, o in self.nodes.items() if a.uid != auid and o.state == ALIVE_S]
         helpers = self.ctx.rng.sample(others, min(cfg.indirect_probes, len(others)))
         p.asked = len(helpers)
         self._send(addr, [PING, seq, None])

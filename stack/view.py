@@ -62,6 +62,15 @@ class View:
         the tuple - O(N) per view instead of O(N) per test (not pickled: rebuilt on use)."""
         return frozenset(self.members)
 
+    def with_member_set(self, member_set: Optional[frozenset]) -> "View":
+        """This view, its ``member_set`` given (None: built when first used): a caller
+        that holds the members' hashes already (a dict's keys) builds the set without a
+        call of ``Address.__hash__`` per member. Only membership and equality are defined
+        on it: it need not iterate in the order of a set built from ``members``."""
+        if member_set is not None:
+            self.__dict__["member_set"] = member_set
+        return self
+
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state.pop("member_set", None)
