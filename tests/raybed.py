@@ -252,9 +252,9 @@ class RayHosts:
             for cmd in c["setup_commands"] if "bashrc" in cmd] + [
             f"{self.venv}/bin/python -c 'import raygroups.actors'"]
         for key in ("head_start_ray_commands", "worker_start_ray_commands"):
-            c[key] = [cmd.replace("~/raygroups-venv", self.venv).replace(
-                " up orders ", f" up {self.group} {self.up_args} ".replace("  ", " "))
-                for cmd in c[key]]
+            up = " ".join(["", "up", self.group, *self.up_args.split(), ""])
+            c[key] = [cmd.replace("~/raygroups-venv", self.venv).replace(" up orders ", up)
+                      for cmd in c[key]]
         # a worker's raylet gives up on a head that went away (ray down) after 10 s instead
         # of 60: what the test waits for after ray down
         c["worker_start_ray_commands"] = [

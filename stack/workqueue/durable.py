@@ -178,7 +178,6 @@ def replay(config: Any, snapshot: Optional[bytes], records: Iterable[bytes]) -> 
             _, epoch, members, arbs, me, info = obj
             state.begin_epoch(epoch, members, arbs)
             incs = remember(incs, me)
-            promised = max(promised, epoch)
         elif kind == J_PROMISE:
             promised = max(promised, obj[1])
         elif kind == J_ME:

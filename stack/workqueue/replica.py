@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import collections
 import enum
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 from ..errors import MessageTooLarge
 from . import codec
@@ -170,6 +170,17 @@ STREAM_LEVEL = 3
 """The queue level of a build that streams a stale member's update (update.py)."""
 
 
+class _Forming(NamedTuple):
+    """An epoch a view forms, waiting in PROMISE for most disks to promise its number."""
+    epoch: int
+    order: list
+    donor: bytes
+    in_step: set      # the holders whose state is the donor's
+    joint: list       # what our announcements say once it takes effect
+    base: list
+    key: list
+
+
 class Replica:
     level = STREAM_LEVEL
     """The queue level of this build, announced in every epoch (LEVEL): it knows the
@@ -203,7 +214,7 @@ class Replica:
         self.key: list = []                   # the view key of our epoch's formation
         self.claims: dict = {}                # uid -> the incarnations it stands for
         self.promised = 0                     # the highest epoch number journaled as promised
-        self.forming: Optional[tuple] = None  # (epoch, order, donor, in step): PROMISE's
+        self.forming: Optional[_Forming] = None  # the epoch waiting for its promises
         self.promises: dict = {}              # (view key, epoch) -> members that promised it
         self.early: list = []                 # a SNAP and asks for the update, in PROMISE
         self.diskless: set = set()            # members of the view with no journal
@@ -323,7 +334,8 @@ class Replica:
                     self.acks[sender] = (epoch, applied)
                     self._check_durable()
             elif kind == PROMISED:
-                self._on_promised(sender, obj)
+                _, key, epoch = obj
+                self._promised_by(sender, key, epoch)
             elif self.phase is Phase.PROMISE and kind in (SNAP, UPDATE_ACK) and \
                     obj[1] == self.view_key and len(self.early) < 2 * len(self.view.members):
                 self.early.append((sender, obj))  # for the epoch once most disks promised it
@@ -407,9 +419,9 @@ class Replica:
             self.synced = tuple(pos[:2])
             self._check_durable()
         f = self.forming
-        if f is not None and self.phase is Phase.PROMISE and pos[2] >= f[0]:
-            self.outbox.append((None, codec.encode([PROMISED, self.view_key, f[0]]), False))
-            self._on_promised(self.uid, [PROMISED, self.view_key, f[0]])
+        if f is not None and self.phase is Phase.PROMISE and pos[2] >= f.epoch:
+            self.outbox.append((None, codec.encode([PROMISED, self.view_key, f.epoch]), False))
+            self._promised_by(self.uid, self.view_key, f.epoch)
 
     def _established(self) -> bool:
         """Our epoch is on the disk of most members of each epoch it came from (``joint``),
@@ -423,13 +435,16 @@ class Replica:
         for m, a in self.acks.items():
             if a[0] >= s.epoch:
                 knows.add(m)
-        stands = set().union(*(self.claims.get(m, {m}) for m in knows))
-        if any(2 * sum(1 for m in x if m in stands) <= len(x) for x in self.joint):
+        if not _most_of_each(self.joint, self._stands_for(knows)):
             return False
         self.joint = []
         self.stats["epochs_established"] += 1
         self._journal(journaling.REC, journaling.seal_record(s.epoch))
         return True
+
+    def _stands_for(self, members) -> set:
+        """The incarnations ``members`` of the view stand for (``claims``)."""
+        return set().union(*(self.claims.get(m, {m}) for m in members))
 
     def _image(self) -> bytes:
         return journaling.image(self.state, self._incarnations(),
@@ -925,7 +940,7 @@ class Replica:
         # (durable.py, "Establishment"): most of each of those must be here too
         joint = positions[donor][4] if (best[0], tuple(positions[donor][6])) not in proven \
             else []
-        if any(2 * sum(1 for m in x if m in here) <= len(x) for x in joint) or \
+        if not _most_of_each(joint, here) or \
                 len(joint) >= journaling.MAX_JOINT:
             self.stats["no_quorum"] += 1
             self.stats["no_quorum_joint"] += 1
@@ -958,8 +973,8 @@ class Replica:
             self.phase, self.acks = Phase.ARBITER, {}
             return
         # what our epoch's announcements say changes once it takes effect (_form)
-        self.forming = (epoch, order, donor, {m for m in holders if same(m)}, new_joint,
-                        new_base, list(key))
+        self.forming = _Forming(epoch, order, donor, {m for m in holders if same(m)},
+                                new_joint, new_base, list(key))
         self.diskless = {m for m in order if positions[m][8] is None}
         if not self.durable:
             self._form()
@@ -973,8 +988,7 @@ class Replica:
         self.promises.setdefault((tuple(key), epoch), set())
         self._check_promises()
 
-    def _on_promised(self, sender: bytes, obj: list) -> None:
-        _, key, epoch = obj
+    def _promised_by(self, sender: bytes, key: Any, epoch: Any) -> None:
         if type(key) is not list or type(epoch) is not int:
             self.stats["malformed"] += 1
             return
@@ -986,15 +1000,12 @@ class Replica:
             self._check_promises()
 
     def _check_promises(self) -> None:
-        epoch, joint = self.forming[0], self.forming[4]
-        voted = self.promises.get((tuple(self.view_key), epoch), set())
+        f = self.forming
+        voted = self.promises.get((tuple(self.view_key), f.epoch), set())
         # arbitrators, members without a disk and older builds promise nothing (as for
         # establishment, arbitrators count)
-        stands = set(self.arbs).union(*(self.claims.get(m, {m}) for m in voted))
-        stands |= self.diskless
-        if any(2 * sum(1 for m in x if m in stands) <= len(x) for x in joint):
-            return
-        self._form()
+        if _most_of_each(f.joint, self._stands_for(voted) | self.arbs | self.diskless):
+            self._form()
 
     def _form(self) -> None:
         """The epoch takes effect here: begun from our state, or awaited from the donor."""
@@ -1237,6 +1248,11 @@ def _rank(p: tuple, proven: bool) -> tuple:
     return (p[0], p[1], 0, 0)
 
 
+def _most_of_each(lists: list, present) -> bool:
+    """Whether ``present`` holds more than half of every list in ``lists``."""
+    return all(2 * sum(1 for m in x if m in present) > len(x) for x in lists)
+
+
 def _proven(positions: dict) -> set:
     """The (epoch, key) of durable epochs that some announcements give as not established
     but that are: another member of the same epoch knows it is (establishment belongs to
@@ -1250,7 +1266,7 @@ def _proven(positions: dict) -> set:
             out.add((e, key))
             continue
         stands = set().union(*(set(p[3]) | {m} for m, p in same if p[7]))
-        if all(2 * sum(1 for m in x if m in stands) > len(x) for x in joint):
+        if _most_of_each(joint, stands):
             out.add((e, key))
     return out
 
