@@ -128,6 +128,14 @@ class _Rumors:
             return orig(rumor, own, sender)
         swim._apply = _apply
 
+    def unhook(self) -> None:
+        """Stop watching (the rumor phase is over): each rumor applied later would
+        otherwise still cost a call of the wrapper."""
+        if self.hooked:
+            self.hooked = False
+            for m in self.members:
+                m.stack.layer("swim").__dict__.pop("_apply", None)
+
     def start(self, m: SimMember) -> tuple:
         """An ALIVE rumor about ``m`` with a new incarnation, spread by gossip only."""
         if not self.hooked:
@@ -290,6 +298,7 @@ def simulate(members: int = 100, membership: str = "gossip", seed: int = 1,
     # 3. rumors -------------------------------------------------------------------------
     if rumors:
         _rumor_phase(sim, ms, run, counter, watch, rng, members, rumors, interval, out, say)
+        watch.unhook()
 
     # 4. crash --------------------------------------------------------------------------
     if crash:
