@@ -54,8 +54,9 @@ from .config import ACK_LOCAL, WorkQueueConfig
 from .errors import (NoSuchQueue, NotAcquired, QueueArbitrator, QueueClosed, QueueError,
                      QueueFull, QueueNotPrimary, QueueOutcomeUnknown, QueueUnsupported,
                      StaleEpoch)
-from .state import (FULL, LIFECYCLE_LEVEL, NO_QUEUE, NOT_ACQUIRED, NOT_OWNER, OK, OVERFLOWS,
-                    REJECT_PUBLISH, RETRY, STALE_EPOCH, TOO_LARGE, UNSUPPORTED, QueueState)
+from .state import (CLAIM_LEVEL, FULL, LIFECYCLE_LEVEL, NO_QUEUE, NOT_ACQUIRED, NOT_OWNER,
+                    OK, OVERFLOWS, REJECT_PUBLISH, RETRY, STALE_EPOCH, TOO_LARGE, UNSUPPORTED,
+                    QueueState)
 from .update import Incoming, Outgoing
 
 
@@ -182,12 +183,13 @@ class _Forming(NamedTuple):
 
 
 class Replica:
-    level = STREAM_LEVEL
+    level = CLAIM_LEVEL
     """The queue level of this build, announced in every epoch (LEVEL): it knows the
     lifecycle commands (``LIFECYCLE_LEVEL``; a member announcing less, or nothing, keeps
-    every member from applying them) and asks for a streamed update when stale
+    every member from applying them), asks for a streamed update when stale
     (``STREAM_LEVEL``; a build below it waits for the whole snapshot, which its donor sends
-    when it does not ask)."""
+    when it does not ask), and an owner's ACQUIRE leaves a standing claim
+    (``CLAIM_LEVEL``, state.py: while a member below it is in the epoch, none does)."""
 
     def __init__(self, local: Any, config: Optional[WorkQueueConfig] = None,
                  clock: Callable[[], float] = lambda: 0.0,
@@ -696,6 +698,12 @@ class Replica:
                     self._internal_result(r, code)
                 else:
                     self._result(r, code, data, pos)
+        for name, owner, got in s.claimed:
+            self.report_to.add(owner)  # it waits for a majority of this batch too
+            if owner == self.uid:  # our standing claim took these (any member's batch)
+                self.stats["claimed"] += len(got)
+                self._got(name, got, s.applied)
+        if sender == self.uid or s.claimed:
             self._check_durable()
         if s.touched:
             touched, s.touched = s.touched, set()
@@ -760,16 +768,21 @@ class Replica:
                 self.stats["acquire_not_owner"] += 1
             self._pump(req.queue)
             return
-        ds = [Delivery(req.queue, e.mid, e.body, (e.tepoch, e.tok), e.deliveries > 1)
-              for e in data]
-        if not ds:
+        if not data:
             self._pump(req.queue)
             return
+        self._got(req.queue, data, pos)
+
+    def _got(self, name: str, entries: list, pos: int) -> None:
+        """Acquired for us in the batch at ``pos``: handed out once a majority applied it
+        (durable: has it on disk), the acquisition with it."""
+        ds = [Delivery(name, e.mid, e.body, (e.tepoch, e.tok), e.deliveries > 1)
+              for e in entries]
         if self.config.ack == ACK_LOCAL:
-            self._hand_out(req.queue, ds)
+            self._hand_out(name, ds)
         else:
-            lq.undurable += len(ds)
-            self.undurable.append((pos, "acq", (req.queue, ds)))  # _apply checks
+            self._lq(name).undurable += len(ds)
+            self.undurable.append((pos, "acq", (name, ds)))  # _apply checks
 
     def _hand_out(self, name: str, ds: list) -> None:
         """Durable acquisitions to the waiting consumers, first come first served; what
@@ -895,13 +908,21 @@ class Replica:
             self.stats["time_slices"] += 1
             self._internal(name, OWNER_RELEASE)
             return
-        need = sum(w.want - len(w.got) for w in lq.waiters) - lq.inflight - lq.undurable
-        avail = q.available - lq.inflight
-        n = min(need, avail, self.config.max_acquire_batch)
+        want = sum(w.want - len(w.got) for w in lq.waiters)
+        need = want - lq.inflight - lq.undurable
+        if self.state.level() >= CLAIM_LEVEL:
+            # what is not acquired yet stands as a claim, taken as messages come; topped
+            # up once half of what the waiters want is missing (else one ACQUIRE a message)
+            need -= q.claim
+            short = min(need, self.config.max_acquire_batch)
+            n = short if short >= max(1, want // 2) or (short > 0 and q.available) else 0
+        else:
+            n = min(need, q.available - lq.inflight, self.config.max_acquire_batch)
         if n > 0:
             req = Request("acquire-cmd", name, [ACQUIRE, name, n], None)
             req.want = n
             lq.inflight += n
+            self.stats["acquires_sent"] += 1
             self._send(req)
 
     # ======================================================================================

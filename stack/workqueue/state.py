@@ -25,7 +25,10 @@ holds them in publish order; an acquired message is held by one member and one
 acquisition token; a released (or requeued) message goes back to its original position,
 so it is the next one delivered. Ownership (the Qpid design's QueueOwnerHandler): ``consumers`` are
 the members interested in the queue, ``owner`` the one allowed to acquire; ownership moves
-to the next interested member in member order, circularly.
+to the next interested member in member order, circularly. At ``CLAIM_LEVEL`` what an
+owner's ACQUIRE does not find stands as a claim, and each message that becomes available
+later is acquired for the owner by the command that brings it (as a RabbitMQ quorum queue
+assigns an enqueue to a consumer with credit): see ``Queue.claim`` and ``_feed``.
 """
 from __future__ import annotations
 
@@ -50,11 +53,20 @@ SNAPSHOT_VERSION = 2
 """The snapshot format written when the state holds something version 1 cannot express (an
 overflow policy, a TTL, lifecycle counters); version 1 otherwise, which older builds read."""
 SNAPSHOT_V1 = 1
+SNAPSHOT_CLAIMS = 3
+"""Version 2 and each queue's standing claim: written only while a claim stands, which is
+mid-epoch (a journal's compaction), never as an epoch begins (claims end there), so a
+joiner of an older build never receives it."""
 MAX_NAME = 255
+MAX_CLAIM = 65536
+"""Most messages one ACQUIRE takes, or its owner's standing claim holds."""
 BASE_LEVEL = 1
 """The queue level of a member that announces none (builds before the lifecycle)."""
 LIFECYCLE_LEVEL = 2
 """The queue level that knows PURGE, DELETE, DECLARE, EXPIRE and ENQUEUE's timestamp."""
+CLAIM_LEVEL = 4
+"""The queue level whose ACQUIRE leaves a standing claim (see ``Queue.claim``). Level 3 is
+the replica's (a streamed update) and changes nothing here."""
 GATED = (PURGE, DELETE, DECLARE, EXPIRE)
 REJECT_PUBLISH, DEAD_LETTER_OLDEST = "reject_publish", "dead_letter_oldest"
 OVERFLOWS = (REJECT_PUBLISH, DEAD_LETTER_OLDEST)
@@ -82,7 +94,7 @@ class Entry:
 class Queue:
     __slots__ = ("name", "alternate", "max_depth", "max_bytes", "msgs", "avail", "heap",
                  "acquired", "next_pos", "bytes", "held_bytes", "consumers", "owner", "counters",
-                 "overflow", "ttl_s", "ages", "unstamped", "kept", "cut")
+                 "overflow", "ttl_s", "ages", "unstamped", "kept", "cut", "claim")
 
     def __init__(self, name: str, alternate: Optional[str], max_depth: int, max_bytes: int,
                  overflow: str = REJECT_PUBLISH, ttl_s: Optional[float] = None):
@@ -101,6 +113,10 @@ class Queue:
         self.held_bytes = 0         # bytes of the acquired entries
         self.consumers: list = []   # interested member uids, in the order they came
         self.owner: Optional[bytes] = None
+        # the owner's standing claim (``CLAIM_LEVEL``): how many more messages it takes as
+        # they become available, in the same command, with no ACQUIRE of its own; ends
+        # when ownership moves, when the owner releases a message, and as an epoch begins
+        self.claim = 0
         self.counters = [0] * N_COUNTERS  # see N_COUNTERS
         # a queue with a TTL: (timestamp, position) of its available entries, oldest first
         # (lazy deletion, like ``heap``), and the entries with no timestamp yet
@@ -287,6 +303,10 @@ class QueueState:
         the level nor in the majorities of applied batches. Set as each epoch begins, from
         its state exchange, like ``levels`` not in snapshots."""
         self._holders: list = self.members  # holders(), kept by _relevel
+        self.claims: dict = {}
+        """{name: Queue} of the queues whose claim may stand (checked after each command)."""
+        self.claimed: list = []
+        """[(queue, owner, [Entry])] taken by standing claims in the last ``apply``."""
 
     # -- the epoch ------------------------------------------------------------------------
     def begin_epoch(self, epoch: int, members: list, arbiters: Any = ()) -> None:
@@ -296,7 +316,9 @@ class QueueState:
         keep = set(members)
         old_order = self.members
         emit = self.listener
+        self.claims = {}
         for q in self.queues.values():
+            q.claim = 0
             gone = [e for e in q.acquired.values() if e.holder not in keep]
             for e in sorted(gone, key=lambda e: e.pos):
                 holder = e.holder
@@ -343,6 +365,7 @@ class QueueState:
     def _set_owner(self, q: Queue, owner: Optional[bytes]) -> None:
         if owner != q.owner:
             q.owner = owner
+            q.claim = 0
             self.touched.add(q.name)
             if self.listener:
                 self.listener(("owner", q.name, owner))
@@ -353,6 +376,7 @@ class QueueState:
         for the commands (data: the acquired entries for ACQUIRE). A batch from another
         epoch is refused whole (RETRY): its sender resends it in the current epoch."""
         self.applied += 1
+        self.claimed = []
         if epoch != self.epoch:
             return [(c[0] if type(c) is list and c else None, RETRY, None)
                     for c in (cmds if type(cmds) is list else ())]
@@ -364,7 +388,45 @@ class QueueState:
                     AttributeError):
                 code, data = MALFORMED, None
             out.append((c[0] if type(c) is list and c else None, code, data))
+            if self.claims:
+                self._feed()
         return out
+
+    def _feed(self) -> None:
+        """Standing claims take what became available (a publish, a message released or
+        dead-lettered here), lowest position first, in queue-name order (every member alike:
+        the tokens they draw must agree). A claim that ended is forgotten."""
+        claims = self.claims
+        for name in sorted(claims) if len(claims) > 1 else list(claims):
+            q = claims[name]
+            if q.claim > 0 and q.owner is not None and self.queues.get(name) is q:
+                if q.avail:
+                    got = self._take(q, q.owner, q.claim)
+                    q.claim -= len(got)
+                    self.claimed.append((name, q.owner, got))
+                    self.touched.add(name)
+                if q.claim > 0:
+                    continue
+            q.claim = 0
+            del claims[name]
+
+    def _take(self, q: Queue, holder: bytes, n: int) -> list:
+        """Up to ``n`` available messages of ``q``, acquired by ``holder``."""
+        got = []
+        for _ in range(n):
+            e = q.take()
+            if e is None:
+                break
+            q.keep(e)
+            self.next_tok += 1
+            e.tok, e.tepoch = self.next_tok, self.epoch
+            e.deliveries += 1
+            q.hold(e, holder)
+            q.counters[1] += 1
+            got.append(e)
+            if self.listener:
+                self.listener(("acquire", q.name, e.mid, holder, (e.tepoch, e.tok)))
+        return got
 
     def _queue(self, name: Any) -> Optional[Queue]:
         return self.queues.get(name) if type(name) is str else None
@@ -406,22 +468,14 @@ class QueueState:
                 return NO_QUEUE, None
             if q.owner != sender:
                 return NOT_OWNER, None
-            got = []
-            for _ in range(max(0, min(int(n), 65536))):
-                e = q.take()
-                if e is None:
-                    break
-                q.keep(e)
-                self.next_tok += 1
-                e.tok, e.tepoch = self.next_tok, self.epoch
-                e.deliveries += 1
-                q.hold(e, sender)
-                q.counters[1] += 1
-                got.append(e)
-                if self.listener:
-                    self.listener(("acquire", name, e.mid, sender, (e.tepoch, e.tok)))
+            n = max(0, min(int(n), MAX_CLAIM))
+            got = self._take(q, sender, n)
             if got:
                 self.touched.add(name)
+            if len(got) < n and self.level() >= CLAIM_LEVEL:
+                # the rest stands: taken as it comes (``_feed``), in the command that brings it
+                q.claim = min(q.claim + n - len(got), MAX_CLAIM)
+                self.claims[name] = q
             return OK, got
         if op in (RELEASE, DEQUEUE, REJECT):
             _, _, name, pub, pseq, tepoch, tok = c
@@ -435,6 +489,8 @@ class QueueState:
             self.touched.add(name)
             emit = self.listener
             if op == RELEASE:
+                if sender == q.owner:
+                    q.claim = 0  # else the claim would take it straight back
                 q.make_available(e)
                 if emit:
                     emit(("release", name, e.mid, sender))
@@ -638,17 +694,18 @@ class QueueState:
         overflow policy, a TTL or lifecycle counters; then version 2: each queue adds its
         overflow policy and TTL, all nine counters, and each message its timestamp (a
         message's timestamp matters only on a queue with a TTL, so version 1 leaves it
-        out)."""
-        v2 = not all(q.v1() for q in self.queues.values())
-        return [SNAPSHOT_VERSION if v2 else SNAPSHOT_V1, self.epoch, self.applied,
-                list(self.members), self.next_tok]
+        out); version 3 (``SNAPSHOT_CLAIMS``) while a standing claim does: each queue adds
+        it."""
+        version = SNAPSHOT_CLAIMS if any(q.claim for q in self.claims.values()) else \
+            SNAPSHOT_V1 if all(q.v1() for q in self.queues.values()) else SNAPSHOT_VERSION
+        return [version, self.epoch, self.applied, list(self.members), self.next_tok]
 
     def _snapshot(self) -> bytes:
         """The whole state, canonical: equal states give equal bytes: ``head()``, then every
         queue's ``meta`` and its messages' ``row``s in publish order."""
         head = self.head()
-        v2 = head[0] == SNAPSHOT_VERSION
-        return pack(head, ((meta(q, v2), [row(e, None, v2) for e in q.msgs.values()])
+        v, v2 = head[0], head[0] != SNAPSHOT_V1
+        return pack(head, ((meta(q, v), [row(e, None, v2) for e in q.msgs.values()])
                            for q in self.queues.values()))
 
     def restore(self, data: bytes) -> None:
@@ -667,21 +724,25 @@ class QueueState:
         """The first step of a restore (whole or streamed): ``head()`` of the snapshot;
         then ``add_queue`` for each queue, in order, and ``load`` for its messages."""
         v, epoch, applied, members, next_tok = head
-        if v not in (SNAPSHOT_V1, SNAPSHOT_VERSION):
+        if v not in (SNAPSHOT_V1, SNAPSHOT_VERSION, SNAPSHOT_CLAIMS):
             raise ValueError(f"snapshot version {v}")
         self.epoch, self.applied, self.members, self.next_tok = epoch, applied, members, next_tok
         self.levels = {}
         self.arbiters = frozenset()
         self._relevel()
         self.queues = {}
+        self.claims = {}
         self.touched = set()
 
     def add_queue(self, m: list) -> Queue:
         """A queue from its ``meta`` (either version), empty, added to the state."""
         name, alt, depth, nbytes, next_pos, owner, consumers, counters, *v2 = m
-        q = Queue(name, alt, depth, nbytes, *v2)
+        q = Queue(name, alt, depth, nbytes, *v2[:2])
         q.next_pos, q.owner, q.consumers = next_pos, owner, consumers
         q.counters = counters + [0] * (N_COUNTERS - len(counters))
+        if len(v2) > 2 and v2[2]:
+            q.claim = v2[2]
+            self.claims[name] = q
         self.queues[name] = q
         self.touched.add(name)
         return q
@@ -694,7 +755,7 @@ class QueueState:
     def adopt(self, other: "QueueState") -> None:
         """Take ``other``'s replicated state (a streamed update, assembled apart)."""
         self.epoch, self.applied, self.members = other.epoch, other.applied, other.members
-        self.next_tok, self.queues = other.next_tok, other.queues
+        self.next_tok, self.queues, self.claims = other.next_tok, other.queues, other.claims
         self.levels = {}
         self.arbiters = frozenset()
         self._relevel()
@@ -707,11 +768,10 @@ class QueueState:
         of an entry with its kept image is the entry as it was here. Costs a list of
         references per queue, not a copy of the messages."""
         head = self.head()
-        v2 = head[0] == SNAPSHOT_VERSION
         queues = []
         for q in self.queues.values():
             q.kept, q.cut = {}, q.next_pos
-            queues.append((q, meta(q, v2), list(q.msgs.values())))
+            queues.append((q, meta(q, head[0]), list(q.msgs.values())))
         return [head, queues]
 
     @staticmethod
@@ -740,11 +800,13 @@ def pack(head: list, queues: Any) -> bytes:
     return msgpack.packb(head + [[m + [rows] for m, rows in queues]], use_bin_type=True)
 
 
-def meta(q: Queue, v2: bool) -> list:
-    """A queue in a snapshot, without its messages."""
+def meta(q: Queue, version: int) -> list:
+    """A queue in a snapshot of ``version``, without its messages."""
+    v2 = version != SNAPSHOT_V1
     counters = list(q.counters if v2 else q.counters[:N_COUNTERS_V1])
     return [q.name, q.alternate, q.max_depth, q.max_bytes, q.next_pos, q.owner,
-            list(q.consumers), counters] + ([q.overflow, q.ttl_s] if v2 else [])
+            list(q.consumers), counters] + ([q.overflow, q.ttl_s] if v2 else []) + \
+        ([q.claim] if version == SNAPSHOT_CLAIMS else [])
 
 
 def row(e: Entry, kept: Optional[tuple], v2: bool) -> list:
