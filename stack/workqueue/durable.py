@@ -21,9 +21,11 @@ Records, in the order the replica applied what they hold (codec-encoded lists):
 * ``[J_PROMISE, epoch]``: this member promised the formation of that epoch number (below).
 
 A journal snapshot (an ``image``) is ``[QueueState.snapshot(), levels, arbitrators,
-incarnations, info]``: the two fields a state snapshot leaves out (they are the epoch's, set
-again at the next epoch, but batches applied after a mid-epoch compaction depend on them),
-the incarnations that used the journal, and [joint, base, key, promised] (below).
+incarnations, info, claims]``: the fields a state snapshot leaves out (levels, arbitrators
+and the owners' standing claims are the epoch's, set again at the next epoch, but batches
+applied after a mid-epoch compaction depend on them; claims came later: an image without
+them had none), the incarnations that used the journal, and [joint, base, key, promised]
+(below).
 
 Establishment. A member restarted from its journal counts for the epoch its journal holds,
 but its incarnation may have gone on, in memory only, into a later epoch (it began it or
@@ -122,7 +124,7 @@ def me_record(uid: bytes) -> bytes:
 
 def image(state: QueueState, incarnations: list, info: list) -> bytes:
     return msgpack.packb([state.snapshot(), dict(state.levels), sorted(state.arbiters),
-                          list(incarnations), info], use_bin_type=True)
+                          list(incarnations), info, state.standing()], use_bin_type=True)
 
 
 def remember(incarnations: list, uid: bytes) -> list:
@@ -161,11 +163,13 @@ def replay(config: Any, snapshot: Optional[bytes], records: Iterable[bytes]) -> 
     info: list = [[], [], []]
     promised = 0
     if snapshot is not None:
-        snap, levels, arbs, incs, info = msgpack.unpackb(snapshot, raw=False, use_list=True,
-                                                         strict_map_key=False)
+        snap, levels, arbs, incs, info, *claims = msgpack.unpackb(
+            snapshot, raw=False, use_list=True, strict_map_key=False)
         state.restore(snap)
         state.levels = dict(levels)
         state.set_arbiters(arbs)
+        if claims:
+            state.stand(claims[0])
         info, promised = info[:3], (info[3] if len(info) > 3 else 0)
     for rec in records:
         obj = codec.decode(rec)

@@ -53,10 +53,6 @@ SNAPSHOT_VERSION = 2
 """The snapshot format written when the state holds something version 1 cannot express (an
 overflow policy, a TTL, lifecycle counters); version 1 otherwise, which older builds read."""
 SNAPSHOT_V1 = 1
-SNAPSHOT_CLAIMS = 3
-"""Version 2 and each queue's standing claim: written only while a claim stands, which is
-mid-epoch (a journal's compaction), never as an epoch begins (claims end there), so a
-joiner of an older build never receives it."""
 MAX_NAME = 255
 MAX_CLAIM = 65536
 """Most messages one ACQUIRE takes, or its owner's standing claim holds."""
@@ -115,7 +111,8 @@ class Queue:
         self.owner: Optional[bytes] = None
         # the owner's standing claim (``CLAIM_LEVEL``): how many more messages it takes as
         # they become available, in the same command, with no ACQUIRE of its own; ends
-        # when ownership moves, when the owner releases a message, and as an epoch begins
+        # when ownership moves, when the owner releases a message, and as an epoch begins.
+        # Like ``QueueState.levels`` the epoch's, not in snapshots (``standing``)
         self.claim = 0
         self.counters = [0] * N_COUNTERS  # see N_COUNTERS
         # a queue with a TTL: (timestamp, position) of its available entries, oldest first
@@ -694,18 +691,17 @@ class QueueState:
         overflow policy, a TTL or lifecycle counters; then version 2: each queue adds its
         overflow policy and TTL, all nine counters, and each message its timestamp (a
         message's timestamp matters only on a queue with a TTL, so version 1 leaves it
-        out); version 3 (``SNAPSHOT_CLAIMS``) while a standing claim does: each queue adds
-        it."""
-        version = SNAPSHOT_CLAIMS if any(q.claim for q in self.claims.values()) else \
-            SNAPSHOT_V1 if all(q.v1() for q in self.queues.values()) else SNAPSHOT_VERSION
-        return [version, self.epoch, self.applied, list(self.members), self.next_tok]
+        out)."""
+        v2 = not all(q.v1() for q in self.queues.values())
+        return [SNAPSHOT_VERSION if v2 else SNAPSHOT_V1, self.epoch, self.applied,
+                list(self.members), self.next_tok]
 
     def _snapshot(self) -> bytes:
         """The whole state, canonical: equal states give equal bytes: ``head()``, then every
         queue's ``meta`` and its messages' ``row``s in publish order."""
         head = self.head()
-        v, v2 = head[0], head[0] != SNAPSHOT_V1
-        return pack(head, ((meta(q, v), [row(e, None, v2) for e in q.msgs.values()])
+        v2 = head[0] == SNAPSHOT_VERSION
+        return pack(head, ((meta(q, v2), [row(e, None, v2) for e in q.msgs.values()])
                            for q in self.queues.values()))
 
     def restore(self, data: bytes) -> None:
@@ -724,7 +720,7 @@ class QueueState:
         """The first step of a restore (whole or streamed): ``head()`` of the snapshot;
         then ``add_queue`` for each queue, in order, and ``load`` for its messages."""
         v, epoch, applied, members, next_tok = head
-        if v not in (SNAPSHOT_V1, SNAPSHOT_VERSION, SNAPSHOT_CLAIMS):
+        if v not in (SNAPSHOT_V1, SNAPSHOT_VERSION):
             raise ValueError(f"snapshot version {v}")
         self.epoch, self.applied, self.members, self.next_tok = epoch, applied, members, next_tok
         self.levels = {}
@@ -737,15 +733,26 @@ class QueueState:
     def add_queue(self, m: list) -> Queue:
         """A queue from its ``meta`` (either version), empty, added to the state."""
         name, alt, depth, nbytes, next_pos, owner, consumers, counters, *v2 = m
-        q = Queue(name, alt, depth, nbytes, *v2[:2])
+        q = Queue(name, alt, depth, nbytes, *v2)
         q.next_pos, q.owner, q.consumers = next_pos, owner, consumers
         q.counters = counters + [0] * (N_COUNTERS - len(counters))
-        if len(v2) > 2 and v2[2]:
-            q.claim = v2[2]
-            self.claims[name] = q
         self.queues[name] = q
         self.touched.add(name)
         return q
+
+    def standing(self) -> dict:
+        """{queue: claim} of the claims that stand: the epoch's, like ``levels`` (not in
+        snapshots, which are taken as an epoch begins, when none does), kept beside a
+        journal's mid-epoch snapshot (durable.py) for the batches replayed after it."""
+        return {n: q.claim for n, q in sorted(self.claims.items()) if q.claim > 0}
+
+    def stand(self, claims: dict) -> None:
+        """Claims of ``standing``, set again on a restored state."""
+        for name, n in claims.items():
+            q = self.queues.get(name)
+            if q is not None and type(n) is int and n > 0:
+                q.claim = min(n, MAX_CLAIM)
+                self.claims[name] = q
 
     def set_arbiters(self, arbiters: Any) -> None:
         """The epoch's arbitrators, for a state restored from a snapshot (which has none)."""
@@ -755,7 +762,8 @@ class QueueState:
     def adopt(self, other: "QueueState") -> None:
         """Take ``other``'s replicated state (a streamed update, assembled apart)."""
         self.epoch, self.applied, self.members = other.epoch, other.applied, other.members
-        self.next_tok, self.queues, self.claims = other.next_tok, other.queues, other.claims
+        self.next_tok, self.queues = other.next_tok, other.queues
+        self.claims = {}
         self.levels = {}
         self.arbiters = frozenset()
         self._relevel()
@@ -768,10 +776,11 @@ class QueueState:
         of an entry with its kept image is the entry as it was here. Costs a list of
         references per queue, not a copy of the messages."""
         head = self.head()
+        v2 = head[0] == SNAPSHOT_VERSION
         queues = []
         for q in self.queues.values():
             q.kept, q.cut = {}, q.next_pos
-            queues.append((q, meta(q, head[0]), list(q.msgs.values())))
+            queues.append((q, meta(q, v2), list(q.msgs.values())))
         return [head, queues]
 
     @staticmethod
@@ -781,8 +790,11 @@ class QueueState:
             q.kept = None
 
     def digest(self) -> str:
-        """A short hash of the canonical snapshot (replicas compare it)."""
-        return hashlib.sha256(self.snapshot()).hexdigest()[:16]
+        """A short hash of the canonical snapshot and the standing claims (replicas compare
+        it)."""
+        claims = self.standing()  # (none: the bytes an older build hashes)
+        extra = msgpack.packb(claims, use_bin_type=True) if claims else b""
+        return hashlib.sha256(self.snapshot() + extra).hexdigest()[:16]
 
     def content(self) -> dict:
         """{queue: {mid: holder}} (tests and debugging)."""
@@ -800,13 +812,11 @@ def pack(head: list, queues: Any) -> bytes:
     return msgpack.packb(head + [[m + [rows] for m, rows in queues]], use_bin_type=True)
 
 
-def meta(q: Queue, version: int) -> list:
-    """A queue in a snapshot of ``version``, without its messages."""
-    v2 = version != SNAPSHOT_V1
+def meta(q: Queue, v2: bool) -> list:
+    """A queue in a snapshot, without its messages."""
     counters = list(q.counters if v2 else q.counters[:N_COUNTERS_V1])
     return [q.name, q.alternate, q.max_depth, q.max_bytes, q.next_pos, q.owner,
-            list(q.consumers), counters] + ([q.overflow, q.ttl_s] if v2 else []) + \
-        ([q.claim] if version == SNAPSHOT_CLAIMS else [])
+            list(q.consumers), counters] + ([q.overflow, q.ttl_s] if v2 else [])
 
 
 def row(e: Entry, kept: Optional[tuple], v2: bool) -> list:

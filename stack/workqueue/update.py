@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 from . import codec
 from .codec import SNAP, UPDATE
-from .state import SNAPSHOT_V1, QueueState, no_collection, pack, row
+from .state import SNAPSHOT_VERSION, QueueState, no_collection, pack, row
 
 ROW_OVERHEAD = 48
 """Bytes a chunk's budget counts per message beyond its body (ids, position, holder)."""
@@ -82,7 +82,7 @@ class Outgoing:
     def whole(self) -> bytes:
         """The frozen state as one snapshot, as ``QueueState.snapshot`` made it then."""
         head, queues = self.frozen
-        v2 = head[0] != SNAPSHOT_V1
+        v2 = head[0] == SNAPSHOT_VERSION
         with no_collection():
             return pack(head, ((m, [row(e, q.kept.get(e.pos), v2) for e in entries])
                                for q, m, entries in queues))
@@ -108,7 +108,7 @@ class Outgoing:
 
     def _build(self, n: int) -> bytes:
         head, queues = self.frozen
-        v2 = head[0] != SNAPSHOT_V1
+        v2 = head[0] == SNAPSHOT_VERSION
         items, budget = [], self.chunk_bytes
         with no_collection():
             while self.qi < len(queues) and budget > 0:

@@ -250,6 +250,7 @@ def test_minority_refuses_and_loses_nothing(sim_seed):
 
 
 @pytest.mark.seeds(20)
+@pytest.mark.regressions(16210218)  # the owners' claims in a snapshot format with timestamps
 def test_a_pair_with_the_tie_breaker_keeps_its_queue_when_it_loses_one(sim_seed):
     """A group of two with the even-split tie-breaker loses one member for good: the
     survivor, primary by the lease, keeps serving the queue with every acknowledged publish
