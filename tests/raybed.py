@@ -61,7 +61,11 @@ KbdInteractiveAuthentication no
 UsePAM no
 StrictModes no
 Subsystem sftp internal-sftp
+SetEnv PYENV_REHASH_TIMEOUT=1
 """
+# SetEnv: a host killed while a login's shell ran ``pyenv init`` (this machine's ~/.bashrc)
+# leaves pyenv's rehash lock behind on the shared disk, and every later login would wait 60 s
+# for it (seen once as a `_wait_ssh` timeout after a kill); with it, 1 s.
 
 
 def available() -> tuple[bool, str]:
@@ -169,11 +173,15 @@ class RayHosts:
     def _wait_ssh(self, k: int, timeout: float = 20.0) -> None:
         deadline = time.monotonic() + timeout
         while True:
-            r = self.ssh(k, "true", timeout=10)
-            if r.returncode == 0:
-                return
+            try:
+                r = self.ssh(k, "true", timeout=10)
+                if r.returncode == 0:
+                    return
+                why = r.stderr.strip()
+            except subprocess.TimeoutExpired:
+                why = "a login took over 10 s"
             if time.monotonic() > deadline:
-                raise RuntimeError(f"sshd of host {k} does not answer: {r.stderr.strip()}")
+                raise RuntimeError(f"sshd of host {k} does not answer: {why}")
             time.sleep(0.2)
 
     # -- addressing and commands ----------------------------------------------------------
