@@ -137,12 +137,15 @@ class _Local:
     """This member's side of one queue: waiting consumers, acquisitions in flight,
     interest and ownership decisions."""
     __slots__ = ("waiters", "inflight", "undurable", "consume_sent", "cancel_sent",
-                 "release_sent", "owned_since", "last_interest")
+                 "release_sent", "owned_since", "last_interest", "ready")
 
     def __init__(self) -> None:
         self.waiters: collections.deque = collections.deque()
         self.inflight = 0            # messages asked for by ACQUIREs not applied yet
         self.undurable = 0           # acquired, waiting for the majority
+        # acquired and confirmed, come when no consumer waited (a standing claim's, between
+        # a consumer's calls): the next waiter's first, released once interest lapses
+        self.ready: collections.deque = collections.deque()
         self.consume_sent = False
         self.cancel_sent = False
         self.release_sent = False
@@ -799,7 +802,12 @@ class Replica:
                 lq.waiters.popleft()
                 got, w.got = w.got, []
                 self._finish(w, result=got)
-        for d in ds[i:]:
+        rest = ds[i:]
+        if rest and self.phase is Phase.ACTIVE and \
+                self.clock() - lq.last_interest < self.config.interest_linger_s:
+            lq.ready.extend(rest)  # a consumer here is between two calls
+            rest = []
+        for d in rest:
             self._orphan(d)
         # a "many" waiter with something in hand completes once nothing else is on its way
         while lq.waiters and lq.waiters[0].many and lq.waiters[0].got and \
@@ -877,6 +885,7 @@ class Replica:
         if lq is None:
             return
         if q is None:
+            lq.ready.clear()  # the queue went, and what it held with it
             while lq.waiters:  # waiting on a queue nobody created
                 self._finish(lq.waiters.popleft(), error=NoSuchQueue(name))
             return
@@ -885,6 +894,13 @@ class Replica:
         if lq.waiters:
             lq.last_interest = now
         interested = bool(lq.waiters) or now - lq.last_interest < self.config.interest_linger_s
+        if lq.ready and (lq.waiters or not interested):
+            ready, lq.ready = list(lq.ready), collections.deque()
+            if lq.waiters:
+                self._hand_out(name, ready)  # pumps again
+                return
+            for d in ready:
+                self._orphan(d)  # nobody came for them
         member = uid in q.consumers
         owner = q.owner == uid
         if not owner:
@@ -909,7 +925,7 @@ class Replica:
             self._internal(name, OWNER_RELEASE)
             return
         want = sum(w.want - len(w.got) for w in lq.waiters)
-        need = want - lq.inflight - lq.undurable
+        need = want - lq.inflight - lq.undurable - len(lq.ready)
         if self.state.level() >= CLAIM_LEVEL:
             # what is not acquired yet stands as a claim, taken as messages come; topped
             # up once half of what the waiters want is missing (else one ACQUIRE a message)
@@ -1153,6 +1169,7 @@ class Replica:
             lq.consume_sent = lq.cancel_sent = lq.release_sent = False
             lq.inflight = 0
             lq.owned_since = None
+            lq.ready.clear()  # released below with what else no consumer holds
         # calls sent in an older epoch and not applied: again, in order, then the new ones
         old = sorted((r for r in self.sent.values() if type(r) is Request),
                      key=lambda r: r.cseq)
@@ -1221,6 +1238,7 @@ class Replica:
             lq.inflight = lq.undurable = 0
             lq.consume_sent = lq.cancel_sent = lq.release_sent = False
             lq.owned_since = None
+            lq.ready.clear()  # the primary side requeues them
 
     # ======================================================================================
     # reading

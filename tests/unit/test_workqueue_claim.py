@@ -131,6 +131,35 @@ def test_with_an_older_build_in_the_view_the_owner_acquires_as_before():
     assert a.stats["acquires_sent"] == 1 and a.stats["claimed"] == 0  # asked once it came
 
 
+def test_what_a_claim_takes_between_two_calls_waits_for_the_next_call_until_interest_lapses():
+    bus = Bus(3, WorkQueueConfig(interest_linger_s=1.0))
+    bus.view()
+    a, b, c = bus.replicas
+    a.create("q")
+    bus.flush()
+    w = a.acquire("q", 10, many=True)
+    bus.flush()
+    b.publish("q", b"x")
+    bus.flush()
+    assert w.done and [d.body for d in w.result] == [b"x"]
+    b.publish("q", b"y")  # the claim takes it while a's consumer is between two calls
+    bus.flush()
+    assert [d.body for d in a.local_queues["q"].ready] == [b"y"]
+    w2 = a.acquire("q", 10, many=True)
+    assert w2.done and [(d.body, d.redelivered) for d in w2.result] == [(b"y", False)]
+    assert a.stats["orphans_released"] == 0
+    b.publish("q", b"z")
+    bus.flush()
+    assert [d.body for d in a.local_queues["q"].ready] == [b"z"]
+    bus.clock += 2.0  # nobody asks again: interest lapses and it goes back
+    a.tick()
+    bus.flush()
+    assert not a.local_queues["q"].ready and a.stats["orphans_released"] == 1
+    w3 = c.acquire("q", 1)
+    bus.flush()
+    assert [(d.body, d.redelivered) for d in w3.result] == [(b"z", True)]  # as prefetched
+
+
 def test_a_claimed_message_is_handed_out_only_once_a_majority_has_its_publish_on_disk():
     bus, disks = durable_bus()
     bus.view()
