@@ -36,6 +36,7 @@ from .layer import Layer
 from .message import CONTROL, NO_LOOPBACK, Message
 from .swim_reconnect import DeadMembers, Throttle
 from .swim_sync import FRAME_ROUNDS, RumorLog, frame
+from .view import carried
 
 PING, ACK, PING_REQ, NACK, RUMORS, SUBSCRIBE, UNSUBSCRIBE, UNSUB_ACK, PUSH_PULL = range(9)
 STATE_CHUNK = 400  # member entries per state message (one bundle holds ~1,000 short ones)
@@ -125,6 +126,7 @@ class _Probe:
 
 
 _uid = attrgetter("uid")  # Address order, compared in C
+_state = attrgetter("state")
 _NO_CONFIRM = frozenset()  # shared by every unsuspected node (an empty set each: 216 B)
 _sent, _left = itemgetter(2), itemgetter(1)  # of a queue entry
 
@@ -854,19 +856,19 @@ class Swim(Layer):
     def down_event(self, ev: Any) -> Any:
         t = type(ev)
         if t is ViewInstalled and self.config.mode == "views":
-            local = self.ctx.local
+            local, members = self.ctx.local, ev.view.members
             old = self.nodes
-            nodes, get = {}, old.get
-            for a in ev.view.members:  # (the common case inline: one call less per member)
-                n = get(a)
-                nodes[a] = n if n is not None and n.state != DEAD_S else self._fresh(n, a)
+            nodes = carried(old, members, lambda a: self._fresh(None, a))
             nodes.pop(local, None)
+            if DEAD_S in map(_state, nodes.values()):  # members we held dead, back
+                for a, n in nodes.items():
+                    if n.state == DEAD_S:
+                        nodes[a] = self._fresh(n, a)
             self.nodes = nodes
-            for a, n in old.items():
-                if a not in nodes:
-                    self._clear(n)
+            for a in old.keys() - nodes.keys():  # (in C, with the hashes the dicts hold)
+                self._clear(old[a])
             self.active = local in ev.view
-            self.order = [a for a in self.order if a in self.nodes]
+            self.order = list(filter(nodes.__contains__, self.order))
         elif t is MemberDead:
             n = self.nodes.get(ev.addr)
             if n is not None and n.state != DEAD_S:
