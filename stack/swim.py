@@ -105,6 +105,11 @@ class SwimConfig:
     reconnect_max: int = 256
     """Gossip mode: dead members remembered for reconnection at most (the longest dead
     forgotten first)."""
+    report_interval_s: float = 0.05
+    """Gossip mode: the member list goes up (a new view) at most this often. A change after
+    a quiet spell goes up at once; the changes of a burst (a join storm, a partition's
+    burials and its heal: O(N) changes each) are gathered into one view per interval, as
+    each view costs O(N). 0: a view at the end of every turn that changed the list."""
 
 
 class _Node:
@@ -156,6 +161,7 @@ class Swim(Layer):
         self.contact = None  # gossip mode: the member we subscribe through, until it answers
         self.leaving = None
         self.changed = False  # a MembersChanged report is scheduled
+        self.reported = -1e9  # when the last one went up
 
     def start(self) -> None:
         self.ctx.schedule(self.config.probe_interval_s * self.ctx.rng.random(), self._round)
@@ -604,13 +610,16 @@ class Swim(Layer):
     def _members_changed(self) -> None:
         """Gossip mode: report the list once at the end of this turn, however many members
         one packet added or removed (a state answer or 16 piggybacked ADDs is one view,
-        not one view per member: O(N) per view, so O(N) views would cost O(N^2))."""
+        not one view per member: O(N) per view, so O(N) views would cost O(N^2)), and at
+        most once per ``report_interval_s`` (a burst of changes: one view per interval)."""
         if self.active and not self.changed:
             self.changed = True
-            self.ctx.schedule(0, self._report_members)
+            wait = self.reported + self.config.report_interval_s - self.ctx.now()
+            self.ctx.schedule(max(0.0, wait), self._report_members)
 
     def _report_members(self) -> None:
         self.changed = False
+        self.reported = self.ctx.now()
         if self.active:
             # (kept in order as members come and go, and the set built from the hashes
             # ``nodes`` holds: each a C loop, where sorting and hashing N addresses took
