@@ -17,7 +17,7 @@ every member keeps every VIEW of a busy formation until STABLE catches up.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from operator import attrgetter
+from operator import attrgetter, gt
 from typing import Any
 
 import msgpack
@@ -71,7 +71,8 @@ class _Packed:
 
 
 _pack = msgpack.Packer(use_bin_type=True).pack
-_delivered = attrgetter("delivered")
+_delivered, _highest, _gap_since = (attrgetter("delivered"), attrgetter("highest"),
+                                   attrgetter("gap_since"))
 
 
 def _keep(m: Message):
@@ -260,6 +261,10 @@ class NakAck(Layer):
 
     # -- retransmission -----------------------------------------------------------------
     def _check_gaps(self) -> None:
+        ws = self.windows.values()
+        if not any(map(gt, map(_highest, ws), map(_delivered, ws))) and \
+                not any(map(_gap_since, ws)):
+            return  # no gap anywhere, none pending (the common case, O(N) a tick: in C)
         local = self.ctx.local
         for sender, w in self.windows.items():
             if w.highest <= w.delivered or sender == local:

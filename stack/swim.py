@@ -180,8 +180,8 @@ class Swim(Layer):
         cfg = self.config
         if self.active and self.nodes:
             self._probe()
-            if self.config.mode == "views":
-                for n in self.nodes.values():
+            if self.config.mode == "views" and SUSPECT_S in map(_state, self.nodes.values()):
+                for n in self.nodes.values():  # (the check above in C: O(N) a round)
                     if n.state == SUSPECT_S:
                         self._send(n.addr, [PING, 0, None])
             if self.queue:
