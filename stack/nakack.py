@@ -439,4 +439,5 @@ class NakAck(Layer):
                 continue
             if s > w.highest:
                 w.highest = s  # someone delivered more than we have: the last one was lost
-            _purge(w.store, s)
+            if w.store:  # (most are empty: no call per member and round)
+                _purge(w.store, s)
