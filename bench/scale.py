@@ -52,6 +52,16 @@ seed 1: formation 228 s of CPU (266 s after the member sets and collector thresh
 with the relayed states' cheaper loop; this docstring said about 7 min before), 245 / 331
 datagrams sent / received per member, 2.4 MB per member (peak RSS 2.5 GB); a crash detected
 by every member in 2.23 s.
+Re-measured 2026-11-27 (commits cb1b9fa..8ad1beb: a view's per-member tables and wire
+lists read in C, no automatic collections in sim_scale, a member's gossip list reported at
+most every 0.05 s), seed 1, only the phases named, load 2 to 6.7 (a test campaign on the
+other core): views mode, 1,000 members, 0.1 s bundling, formation 172 s of CPU (228
+before), 186 s wall with a full collection and a round at load 2; gossip mode, 1,000
+members, formation 40.5 s of CPU (117 before), 41.5 s wall, 251 datagrams sent per
+member, then the 60 s partition (500 + 500, every member saw the other half gone) and
+its heal, converged 1.45 s after, 170 s of CPU and 258 s wall (about 650 wall before on
+a loaded machine, and the heal as long again); peak RSS 3.58 GB. The whole
+``--sizes 1000`` bench was not run again.
 Views-mode crash detection grows with N through Lifeguard's suspicion timeout (0.5 s x
 log10 N once confirmed) and the REMOVE's O(log N) gossip rounds to the coordinator; most of
 the spread between single crashes is how soon a member first probes the crashed one, which

@@ -14,6 +14,8 @@ same order in every process: the simulator's replays depend on that.
 """
 from __future__ import annotations
 
+from operator import attrgetter
+
 from .rng import Rng
 
 UUID_LEN = 16
@@ -77,6 +79,9 @@ class Address:
         return (Address, (self.uid, self.name))
 
 
+_name = attrgetter("name")
+
+
 class AddressBook:
     """Interns addresses by UUID so one stack holds one object per member, names filled in
     as views and discovery reveal them."""
@@ -94,6 +99,16 @@ class AddressBook:
         elif name and not a.name:
             a.name = name
         return a
+
+    def get_all(self, uids, names=None) -> list:
+        """``[self.get(uid, name) ...]`` of ``uids`` (and ``names``, strings): in C when
+        every one is known and named already, as in every view after a member's first (a
+        view's or a digest's N entries at each member, O(N) calls a view otherwise)."""
+        found = list(map(self._by_uid.get, uids))
+        if not all(found) or (names is not None and not all(map(_name, found))):
+            get = self.get
+            found = list(map(get, uids) if names is None else map(get, uids, names))
+        return found
 
     def add(self, addr: Address) -> Address:
         return self.get(addr.uid, addr.name)

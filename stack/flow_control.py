@@ -56,7 +56,7 @@ from .events import AppBlocked, Writable
 from .frag import HEADER as FRAG_HEADER
 from .layer import Layer, MALFORMED
 from .message import INTERNAL, NO_RELIABILITY, OOB, Message
-from .view import Left, ViewChange
+from .view import Left, ViewChange, carried
 
 HEADER = 12
 CREDIT, CREDIT_REQUEST = 0, 1
@@ -561,7 +561,7 @@ class FlowControl(Layer):
         self.view = view
         members = view.members
         old = self.accounts
-        self.accounts = {m: old.get(m) or _Account(self.mcast) for m in members}
+        self.accounts = carried(old, members, lambda m: _Account(self.mcast))
         self._recompute()
         recv = self.recv
         if len(recv) > 2 * len(members) + 64:  # forget departed senders (new epoch if back)

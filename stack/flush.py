@@ -35,7 +35,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Callable, Optional
 
 from .events import Catchup, Freeze, GetDigest, Writable
-from .view import ViewId, view_from_wire, view_to_wire
+from .view import ViewId, cut_from_wire, digest_from_wire, view_from_wire, view_to_wire
 
 if TYPE_CHECKING:
     from .gms import Gms
@@ -94,7 +94,7 @@ class Flush:
         # None: the very view being flushed (most members are in it; no need to send N
         # addresses back to the coordinator, which has them)
         r["views"].append(r["view"] if vwire is None else view_from_wire(vwire, book))
-        r["digests"][sender] = {book.get(uid): int(s) for uid, s in dwire}
+        r["digests"][sender] = digest_from_wire(dwire, book)
         r["waiting"].discard(sender)
         if r["waiting"]:
             return
@@ -233,7 +233,7 @@ class Flush:
         if sender != self.coord:
             return
         book = g.ctx.book
-        final = {book.get(u): (int(s), book.get(h)) for u, s, h in fwire}
+        final = cut_from_wire(fwire, book)
 
         def done() -> None:
             if sender == g.ctx.local:

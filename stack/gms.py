@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from operator import methodcaller
 from typing import Any, Optional
 
 from .address import Address
@@ -41,7 +42,8 @@ from .layer import Layer, MALFORMED
 from .message import CONTROL, INTERNAL, NO_RELIABILITY, Message
 from .errors import RaygroupsError
 from .view import (BASE_RANGE, Left, MergeView, View, ViewChange, ViewId, common_range,
-                   range_from_wire, version_differences, view_from_wire, view_to_wire)
+                   cut_from_wire, digest_from_wire, range_from_wire, version_differences,
+                   view_from_wire, view_to_wire)
 
 
 STALE_INFOS = 4  # INFOs of a newer view from one member of ours before we count as dropped
@@ -55,14 +57,18 @@ def cut(members, digests: dict, leaving=frozenset()) -> dict:
     """Per member: the highest seqno any reporter holds, and a reporter that holds it -
     the member itself if it can, else one that is not about to leave."""
     final = {}
+    if not digests:
+        return final
+    reports = list(digests.values())
     for x in members:
-        best = max((d.get(x, 0) for d in digests.values()), default=None)
-        if best is None:
+        # (the reports read in C: at the coordinator this is O(N) per member, N^2 a view)
+        best = max(map(methodcaller("get", x, 0), reports))
+        own = digests.get(x)
+        if own is not None and own.get(x, 0) == best:
+            final[x] = (best, x)  # (the common case: the member holds its own latest)
             continue
         holders = [w for w, d in digests.items() if d.get(x, 0) == best]
-        holder = x if x in holders else next((w for w in holders if w not in leaving),
-                                             holders[0])
-        final[x] = (best, holder)
+        final[x] = (best, next((w for w in holders if w not in leaving), holders[0]))
     return final
 
 from .gms_merge import INSTALL_MERGE, MERGE_REQ, MERGE_RSP  # noqa: E402  (types 8-10)
@@ -662,13 +668,13 @@ class Gms(Layer):
             view = view_from_wire(h[1], book)
             self._learn_phys(h[2])
             if self.state is State.MEMBER or self.state is State.LEAVING:
-                final = {book.get(u): (int(s), book.get(w)) for u, s, w in h[3]} if h[3] else None
+                final = cut_from_wire(h[3], book) if h[3] else None
                 merged = None
                 if len(h) > 4 and h[4] is not None:
                     subgroups, dwire = h[4]
                     view = MergeView(view.view_id, view.members, versions=view.versions,
                                      subgroups=tuple(view_from_wire(v, book) for v in subgroups))
-                    merged = {book.get(u): int(s) for u, s in dwire}
+                    merged = digest_from_wire(dwire, book)
                 self._on_view(view, final, merged, bool(h[5]) if len(h) > 5 else True)
         elif typ == VIEW_ACK:
             if sender in (self.acks or ()):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass
+from itertools import filterfalse
 from typing import Any, Optional
 
 from .events import (DiscoveryTargets, EmitTo, GetPhysical, HoldMerges, MergeInfo,
@@ -88,12 +89,15 @@ class MergeDetector(Layer):
             return True
         if type(ev) is ViewInstalled:
             now, members = self.ctx.now(), ev.view.member_set
-            for addr in (ev.previous.members if ev.previous is not None else ()):
-                if addr not in members and addr != self.ctx.local:
+            # (the departed found by a filter in C, and only the remembered checked for
+            # members that came back: not a Python step per member and view)
+            previous = ev.previous.members if ev.previous is not None else ()
+            for addr in filterfalse(members.__contains__, previous):
+                if addr != self.ctx.local:
                     self.gone[addr] = now
                     self.gone.move_to_end(addr)
-            for addr in members:
-                self.gone.pop(addr, None)
+            for addr in [a for a in self.gone if a in members]:
+                del self.gone[addr]
             while len(self.gone) > self.config.max_remembered:
                 self.gone.popitem(last=False)
             self.view = ev.view

@@ -55,6 +55,8 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import attrgetter, is_not, itemgetter, methodcaller
 from typing import Any, Optional
 
 from .discovery.store import StoreConflict
@@ -68,6 +70,10 @@ from .view import ViewChange
 STATE, REPORT, STATES, ANNOUNCE, STATUS, LEASE = 0, 2, 3, 4, 5, 6
 _BYTES = {bytes}
 _INTS = {int}
+# a member's state (pid, members, attrs, extra, attempts), read in C
+_pid, _attrs, _extra = itemgetter(0), itemgetter(2), itemgetter(3)
+_bootstrap, _status_of = methodcaller("get", "bootstrap", True), methodcaller("get", "status")
+_uid = attrgetter("uid")
 EARLY_ROUNDS = 4  # views whose early REPORTs a relay keeps
 ONLINE, RECOVERING, DONOR, OFFLINE, ERROR = "ONLINE", "RECOVERING", "DONOR", "OFFLINE", "ERROR"
 STATUSES = (ONLINE, RECOVERING, DONOR, OFFLINE, ERROR)
@@ -369,9 +375,10 @@ class Primary(Layer):
         states = r["states"]
         quorate, pid = False, 0
         if states:
-            top = max(states.values(), key=lambda s: s[0])
+            # (each O(N) per view at every member: read in C)
+            top = max(states.values(), key=_pid)
             max_pid = top[0]
-            may = sum(1 for st in states.values() if st[2].get("bootstrap", True) is not False)
+            may = sum(map(is_not, map(_bootstrap, map(_attrs, states.values())), repeat(False)))
             majority = self._quorate(view, max_pid, top[1], may)
             tie = not majority and self._tie(view, max_pid, top[1])
             if (majority or tie) and "past" not in r:
@@ -393,12 +400,12 @@ class Primary(Layer):
             self.announced, self.announcements = {}, 0
         self.round = None
         if states:
-            self.above.up_event(ExchangeResult({a: st[3] for a, st in states.items()},
+            self.above.up_event(ExchangeResult(dict(zip(states, map(_extra, states.values()))),
                                                r["vid"]))
-            self.above.up_event(MemberStatuses({a: st[2].get("status")
-                                                for a, st in states.items()}, r["vid"]))
+            self.above.up_event(MemberStatuses(
+                dict(zip(states, map(_status_of, map(_attrs, states.values())))), r["vid"]))
         if quorate:
-            self.last_pid, self.last_members = pid, [m.uid for m in view.members]
+            self.last_pid, self.last_members = pid, list(map(_uid, view.members))
             self.attempts.clear()  # a primary with a majority of each: no longer ambiguous
             self.stats["primary_views"] += 1
         else:

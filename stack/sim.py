@@ -51,6 +51,25 @@ def collector_thresholds(threshold: tuple = LARGE_GC_THRESHOLD):
         gc.set_threshold(*before)
 
 
+@contextlib.contextmanager
+def collector_paused():
+    """Within the block (or the decorated function) CPython's collector makes no automatic
+    collection (restored after; ``gc.collect()`` still collects). A large simulation holds
+    millions of long-lived objects, which every automatic collection traverses, yet makes
+    next to no cyclic garbage while it runs (a full collection after every phase of a
+    300-member gossip run, a crash, a join storm and a partition, found 8 unreachable
+    objects; of a 200-member views run, 56): with ``collector_thresholds`` the collections
+    were still a fifth of the CPU time of a 1,000-member views formation. Nothing simulated
+    depends on the collector."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 @dataclass
 class SimOptions:
     loss: float = 0.0

@@ -49,7 +49,7 @@ import time
 from typing import Callable, Optional
 
 from .config import StackConfig
-from .sim import SimMember, Simulation, SimOptions, collector_thresholds
+from .sim import SimMember, Simulation, SimOptions, collector_paused
 from .swim import ALIVE
 
 PRESETS = {"local": StackConfig.local, "lan": StackConfig.lan, "wan": StackConfig.wan}
@@ -219,7 +219,7 @@ class _Runner:
         return len(ids) <= 1
 
 
-@collector_thresholds()
+@collector_paused()
 def simulate(members: int = 100, membership: str = "gossip", seed: int = 1,
              preset: str = "lan", rumors: int = 20, storm: int = 100, crash: bool = True,
              loss: float = 0.0, join_interval_s: float = 0.005, storm_window_s: float = 0.05,

@@ -36,6 +36,7 @@ from .layer import Layer
 from .message import CONTROL, NO_LOOPBACK, Message
 from .swim_reconnect import DeadMembers, Throttle
 from .swim_sync import FRAME_ROUNDS, RumorLog, frame
+from .view import carried
 
 PING, ACK, PING_REQ, NACK, RUMORS, SUBSCRIBE, UNSUBSCRIBE, UNSUB_ACK, PUSH_PULL = range(9)
 STATE_CHUNK = 400  # member entries per state message (one bundle holds ~1,000 short ones)
@@ -104,6 +105,11 @@ class SwimConfig:
     reconnect_max: int = 256
     """Gossip mode: dead members remembered for reconnection at most (the longest dead
     forgotten first)."""
+    report_interval_s: float = 0.05
+    """Gossip mode: the member list goes up (a new view) at most this often. A change after
+    a quiet spell goes up at once; the changes of a burst (a join storm, a partition's
+    burials and its heal: O(N) changes each) are gathered into one view per interval, as
+    each view costs O(N). 0: a view at the end of every turn that changed the list."""
 
 
 class _Node:
@@ -125,6 +131,7 @@ class _Probe:
 
 
 _uid = attrgetter("uid")  # Address order, compared in C
+_state = attrgetter("state")
 _NO_CONFIRM = frozenset()  # shared by every unsuspected node (an empty set each: 216 B)
 _sent, _left = itemgetter(2), itemgetter(1)  # of a queue entry
 
@@ -154,6 +161,7 @@ class Swim(Layer):
         self.contact = None  # gossip mode: the member we subscribe through, until it answers
         self.leaving = None
         self.changed = False  # a MembersChanged report is scheduled
+        self.reported = -1e9  # when the last one went up
 
     def start(self) -> None:
         self.ctx.schedule(self.config.probe_interval_s * self.ctx.rng.random(), self._round)
@@ -172,8 +180,8 @@ class Swim(Layer):
         cfg = self.config
         if self.active and self.nodes:
             self._probe()
-            if self.config.mode == "views":
-                for n in self.nodes.values():
+            if self.config.mode == "views" and SUSPECT_S in map(_state, self.nodes.values()):
+                for n in self.nodes.values():  # (the check above in C: O(N) a round)
                     if n.state == SUSPECT_S:
                         self._send(n.addr, [PING, 0, None])
             if self.queue:
@@ -602,13 +610,16 @@ class Swim(Layer):
     def _members_changed(self) -> None:
         """Gossip mode: report the list once at the end of this turn, however many members
         one packet added or removed (a state answer or 16 piggybacked ADDs is one view,
-        not one view per member: O(N) per view, so O(N) views would cost O(N^2))."""
+        not one view per member: O(N) per view, so O(N) views would cost O(N^2)), and at
+        most once per ``report_interval_s`` (a burst of changes: one view per interval)."""
         if self.active and not self.changed:
             self.changed = True
-            self.ctx.schedule(0, self._report_members)
+            wait = self.reported + self.config.report_interval_s - self.ctx.now()
+            self.ctx.schedule(max(0.0, wait), self._report_members)
 
     def _report_members(self) -> None:
         self.changed = False
+        self.reported = self.ctx.now()
         if self.active:
             # (kept in order as members come and go, and the set built from the hashes
             # ``nodes`` holds: each a C loop, where sorting and hashing N addresses took
@@ -854,19 +865,19 @@ class Swim(Layer):
     def down_event(self, ev: Any) -> Any:
         t = type(ev)
         if t is ViewInstalled and self.config.mode == "views":
-            local = self.ctx.local
+            local, members = self.ctx.local, ev.view.members
             old = self.nodes
-            nodes, get = {}, old.get
-            for a in ev.view.members:  # (the common case inline: one call less per member)
-                n = get(a)
-                nodes[a] = n if n is not None and n.state != DEAD_S else self._fresh(n, a)
+            nodes = carried(old, members, lambda a: self._fresh(None, a))
             nodes.pop(local, None)
+            if DEAD_S in map(_state, nodes.values()):  # members we held dead, back
+                for a, n in nodes.items():
+                    if n.state == DEAD_S:
+                        nodes[a] = self._fresh(n, a)
             self.nodes = nodes
-            for a, n in old.items():
-                if a not in nodes:
-                    self._clear(n)
+            for a in old.keys() - nodes.keys():  # (in C, with the hashes the dicts hold)
+                self._clear(old[a])
             self.active = local in ev.view
-            self.order = [a for a in self.order if a in self.nodes]
+            self.order = list(filter(nodes.__contains__, self.order))
         elif t is MemberDead:
             n = self.nodes.get(ev.addr)
             if n is not None and n.state != DEAD_S:

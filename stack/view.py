@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property, total_ordering
-from typing import Any, Optional
+from itertools import compress, repeat
+from operator import is_
+from typing import Any, Callable, Optional
 
 from .address import Address
 
@@ -138,6 +140,17 @@ def version_differences(ours: tuple, theirs: tuple) -> list:
     return [["transport.wire_versions", list(ours), list(theirs)]]
 
 
+def carried(table: dict, members, new: Callable[[Any], Any]) -> dict:
+    """``{m: table.get(m) or new(m) for m in members}`` (``new`` called in ``members``
+    order), built in C but for the members new to ``table``: each layer rebuilds its
+    per-member table at every view, O(N) Python calls a view each otherwise."""
+    out = dict(zip(members, map(table.get, members)))
+    if not all(out.values()):
+        for m in list(compress(out, map(is_, out.values(), repeat(None)))):
+            out[m] = new(m)
+    return out
+
+
 def range_from_wire(obj: Any) -> tuple:
     """``[lowest, highest]`` from the wire; ValueError/TypeError when it is not one."""
     lo, hi = obj
@@ -161,12 +174,35 @@ def view_from_wire(obj: Any, book) -> View:
     coord_uid, counter, members, *rest = obj
     if type(counter) is not int or type(members) is not list or not members or len(rest) > 1:
         raise ValueError("malformed view")
-    mem = tuple(book.get(uid, str(name)) for uid, name in members)
-    if len(set(mem)) != len(mem):
+    uids, names = columns(members, 2)
+    mem = tuple(book.get_all(uids, map(str, names)))
+    member_set = frozenset(mem)  # (the view's own: built once)
+    if len(member_set) != len(mem):
         raise ValueError("duplicate members in view")
     versions = ()
     if rest:
         if type(rest[0]) is not list or len(rest[0]) != len(mem):
             raise ValueError("wire versions not in view order")
         versions = tuple(range_from_wire(r) for r in rest[0])
-    return View(ViewId(book.get(coord_uid), counter), mem, versions=versions)
+    return View(ViewId(book.get(coord_uid), counter), mem,
+                versions=versions).with_member_set(member_set)
+
+
+def columns(entries: Any, width: int) -> list:
+    """The columns of a wire list of ``width``-long entries (``[[a, b], ...]``: ``[(a, ...),
+    (b, ...)]``), transposed in C; ValueError/TypeError when it is not one."""
+    if type(entries) is not list or (entries and set(map(len, entries)) != {width}):
+        raise ValueError(f"not a list of {width}-long entries")
+    return list(zip(*entries)) if entries else [()] * width
+
+
+def digest_from_wire(entries: Any, book) -> dict:
+    """``{member: seqno}`` from ``[[uid, seqno], ...]``."""
+    uids, seqnos = columns(entries, 2)
+    return dict(zip(book.get_all(uids), map(int, seqnos)))
+
+
+def cut_from_wire(entries: Any, book) -> dict:
+    """``{member: (seqno, holder)}`` from ``[[uid, seqno, holder's uid], ...]``."""
+    uids, seqnos, holders = columns(entries, 3)
+    return dict(zip(book.get_all(uids), zip(map(int, seqnos), book.get_all(holders))))
