@@ -26,7 +26,7 @@ import time
 from typing import Callable, Optional
 
 from raygroups.stack import StackConfig
-from raygroups.stack.sim import Simulation, SimOptions, collector_thresholds
+from raygroups.stack.sim import Simulation, SimOptions, collector_paused
 
 PRESETS = {"local": StackConfig.local, "lan": StackConfig.lan, "wan": StackConfig.wan}
 CHECK_S = 0.01  # resolution of the measured times (simulated seconds)
@@ -84,7 +84,7 @@ class _Runner:
                          f"{self.wall():.0f}s wall")
 
 
-@collector_thresholds()
+@collector_paused()
 def simulate(members: int = 50, membership: str = "views", preset: str = "local",
              transport: str = "udp", seed: int = 1, crash: int = 1, loss: float = 0.0,
              join_interval_s: float = 0.01, discovery: str = "static",

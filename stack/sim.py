@@ -29,28 +29,6 @@ class SimTimeout(AssertionError):
     """``run_until`` ran out of virtual time; the message names the seed."""
 
 
-LARGE_GC_THRESHOLD = (1_000_000, 100, 1000)
-"""CPython collector thresholds for simulations of hundreds or thousands of members
-(``collector_thresholds``): their millions of long-lived objects made the default
-thresholds' frequent collections a quarter of the CPU time of a 300-member gossip
-formation; these leave about 5% of it to the collector (a collection of the young every
-million allocations, of everything almost never)."""
-
-
-@contextlib.contextmanager
-def collector_thresholds(threshold: tuple = LARGE_GC_THRESHOLD):
-    """Within the block (or the decorated function), CPython's collector thresholds are at
-    least ``threshold`` (process-wide, never lowered; restored after). Nothing simulated
-    depends on when the collector runs, only the CPU time; cyclic garbage waits longer (call
-    ``gc.collect()`` where memory is measured)."""
-    before = gc.get_threshold()
-    gc.set_threshold(*(max(int(a), b) for a, b in zip(threshold, before)))
-    try:
-        yield
-    finally:
-        gc.set_threshold(*before)
-
-
 @contextlib.contextmanager
 def collector_paused():
     """Within the block (or the decorated function) CPython's collector makes no automatic
@@ -58,9 +36,9 @@ def collector_paused():
     millions of long-lived objects, which every automatic collection traverses, yet makes
     next to no cyclic garbage while it runs (a full collection after every phase of a
     300-member gossip run, a crash, a join storm and a partition, found 8 unreachable
-    objects; of a 200-member views run, 56): with ``collector_thresholds`` the collections
-    were still a fifth of the CPU time of a 1,000-member views formation. Nothing simulated
-    depends on the collector."""
+    objects; of a 200-member views run, 56): with the thresholds raised to a collection of
+    the young every million allocations, the collections were still a fifth of the CPU time
+    of a 1,000-member views formation. Nothing simulated depends on the collector."""
     enabled = gc.isenabled()
     gc.disable()
     try:
