@@ -441,5 +441,11 @@ def test_ray_restart_rejoins_with_a_new_uuid(group):
                   after=v1.view_id)
     back = next(m for m in v2.members if m.name == victim.name)
     assert back.uid != victim.uid
+    # the others may install the view before the restarted member's own join completes,
+    # and a member tells its uuid only once it is one (CI saw None here once)
+    deadline = time.monotonic() + WAIT_S
     info = group.info(victim.name)
+    while info["uuid"] is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+        info = group.info(victim.name)
     assert info["uuid"] == back.uuid_hex and info["restarts"] >= 1
