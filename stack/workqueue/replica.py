@@ -803,8 +803,7 @@ class Replica:
                 got, w.got = w.got, []
                 self._finish(w, result=got)
         rest = ds[i:]
-        if rest and self.phase is Phase.ACTIVE and \
-                self.clock() - lq.last_interest < self.config.interest_linger_s:
+        if rest and self.phase is Phase.ACTIVE and self._interested(lq, self.clock()):
             lq.ready.extend(rest)  # a consumer here is between two calls
             rest = []
         for d in rest:
@@ -877,6 +876,10 @@ class Replica:
             lq = self.local_queues[name] = _Local()
         return lq
 
+    def _interested(self, lq: _Local, now: float) -> bool:
+        """A consumer here waits, or waited within ``interest_linger_s``."""
+        return bool(lq.waiters) or now - lq.last_interest < self.config.interest_linger_s
+
     def _pump(self, name: str) -> None:
         if self.phase is not Phase.ACTIVE:
             return
@@ -893,7 +896,7 @@ class Replica:
         uid = self.uid
         if lq.waiters:
             lq.last_interest = now
-        interested = bool(lq.waiters) or now - lq.last_interest < self.config.interest_linger_s
+        interested = self._interested(lq, now)
         if lq.ready and (lq.waiters or not interested):
             ready, lq.ready = list(lq.ready), collections.deque()
             if lq.waiters:

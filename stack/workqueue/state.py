@@ -300,8 +300,6 @@ class QueueState:
         the level nor in the majorities of applied batches. Set as each epoch begins, from
         its state exchange, like ``levels`` not in snapshots."""
         self._holders: list = self.members  # holders(), kept by _relevel
-        self.claims: dict = {}
-        """{name: Queue} of the queues whose claim may stand (checked after each command)."""
         self.claimed: list = []
         """[(queue, owner, [Entry])] taken by standing claims in the last ``apply``."""
 
@@ -313,7 +311,6 @@ class QueueState:
         keep = set(members)
         old_order = self.members
         emit = self.listener
-        self.claims = {}
         for q in self.queues.values():
             q.claim = 0
             gone = [e for e in q.acquired.values() if e.holder not in keep]
@@ -385,27 +382,17 @@ class QueueState:
                     AttributeError):
                 code, data = MALFORMED, None
             out.append((c[0] if type(c) is list and c else None, code, data))
-            if self.claims:
-                self._feed()
         return out
 
-    def _feed(self) -> None:
-        """Standing claims take what became available (a publish, a message released or
-        dead-lettered here), lowest position first, in queue-name order (every member alike:
-        the tokens they draw must agree). A claim that ended is forgotten."""
-        claims = self.claims
-        for name in sorted(claims) if len(claims) > 1 else list(claims):
-            q = claims[name]
-            if q.claim > 0 and q.owner is not None and self.queues.get(name) is q:
-                if q.avail:
-                    got = self._take(q, q.owner, q.claim)
-                    q.claim -= len(got)
-                    self.claimed.append((name, q.owner, got))
-                    self.touched.add(name)
-                if q.claim > 0:
-                    continue
-            q.claim = 0
-            del claims[name]
+    def _feed(self, q: Queue) -> None:
+        """``q``'s standing claim takes what just became available there (a publish, a
+        release, a message moved from another queue), lowest position first, in the
+        command that brought it (every member alike). Called where a message becomes
+        available; a claim stands only while nothing is (``claim`` > 0: ``avail`` empty
+        until then)."""
+        got = self._take(q, q.owner, q.claim)
+        q.claim -= len(got)
+        self.claimed.append((q.name, q.owner, got))
 
     def _take(self, q: Queue, holder: bytes, n: int) -> list:
         """Up to ``n`` available messages of ``q``, acquired by ``holder``."""
@@ -457,6 +444,8 @@ class QueueState:
             self.touched.add(name)
             if self.listener:
                 self.listener(("enqueue", name, mid, sender))
+            if q.claim:
+                self._feed(q)
             return OK, None
         if op == ACQUIRE:
             _, _, name, n = c
@@ -472,7 +461,6 @@ class QueueState:
             if len(got) < n and self.level() >= CLAIM_LEVEL:
                 # the rest stands: taken as it comes (``_feed``), in the command that brings it
                 q.claim = min(q.claim + n - len(got), MAX_CLAIM)
-                self.claims[name] = q
             return OK, got
         if op in (RELEASE, DEQUEUE, REJECT):
             _, _, name, pub, pseq, tepoch, tok = c
@@ -491,6 +479,8 @@ class QueueState:
                 q.make_available(e)
                 if emit:
                     emit(("release", name, e.mid, sender))
+                if q.claim:
+                    self._feed(q)  # a former owner's
             elif op == DEQUEUE:
                 q.remove(e)
                 q.counters[2] += 1
@@ -678,6 +668,8 @@ class QueueState:
         self.touched.add(alt.name)
         if self.listener:
             self.listener(("rejected", alt.name, e.mid))
+        if alt.claim:
+            self._feed(alt)
 
     # -- snapshots ------------------------------------------------------------------------
     def snapshot(self) -> bytes:
@@ -727,7 +719,6 @@ class QueueState:
         self.arbiters = frozenset()
         self._relevel()
         self.queues = {}
-        self.claims = {}
         self.touched = set()
 
     def add_queue(self, m: list) -> Queue:
@@ -744,7 +735,7 @@ class QueueState:
         """{queue: claim} of the claims that stand: the epoch's, like ``levels`` (not in
         snapshots, which are taken as an epoch begins, when none does), kept beside a
         journal's mid-epoch snapshot (durable.py) for the batches replayed after it."""
-        return {n: q.claim for n, q in sorted(self.claims.items()) if q.claim > 0}
+        return dict(sorted((n, q.claim) for n, q in self.queues.items() if q.claim))
 
     def stand(self, claims: dict) -> None:
         """Claims of ``standing``, set again on a restored state."""
@@ -752,7 +743,6 @@ class QueueState:
             q = self.queues.get(name)
             if q is not None and type(n) is int and n > 0:
                 q.claim = min(n, MAX_CLAIM)
-                self.claims[name] = q
 
     def set_arbiters(self, arbiters: Any) -> None:
         """The epoch's arbitrators, for a state restored from a snapshot (which has none)."""
@@ -763,7 +753,6 @@ class QueueState:
         """Take ``other``'s replicated state (a streamed update, assembled apart)."""
         self.epoch, self.applied, self.members = other.epoch, other.applied, other.members
         self.next_tok, self.queues = other.next_tok, other.queues
-        self.claims = {}
         self.levels = {}
         self.arbiters = frozenset()
         self._relevel()

@@ -12,7 +12,8 @@ from raygroups.stack.workqueue.replica import STREAM_LEVEL
 from raygroups.stack.workqueue.state import (CLAIM_LEVEL, LIFECYCLE_LEVEL, OK, SNAPSHOT_V1,
                                              QueueState)
 
-from .test_workqueue_durable import durable_bus, promise_round, restarted, settle_all
+from .test_workqueue_durable import durable_bus, durable_queue, promise_round, restarted, \
+    settle_all
 from .test_workqueue_state import A, B, C, Bus, acquire, fresh, publish, run, settle, \
     setup_queue
 
@@ -42,7 +43,7 @@ def test_a_standing_claim_takes_each_publish_in_the_command_that_brings_it():
         [("q", A, [(B, 1)]), ("q", A, [(B, 2)])]  # one per command, with its owner
     publish(s, C, "q", 1, 2)
     assert q.claim == 0 and held(s) == [(B, 1), (B, 2), (C, 1)] and q.available == 1
-    assert "q" not in s.claims  # a claim taken in full is forgotten
+    assert s.standing() == {}  # a claim taken in full stands no more
 
 
 @pytest.mark.parametrize("level", [LIFECYCLE_LEVEL, STREAM_LEVEL])
@@ -73,7 +74,7 @@ def test_a_claim_ends_when_its_owner_releases_when_ownership_moves_and_as_an_epo
     acquire(s, B, n=5)
     assert q.claim == 4
     s.begin_epoch(2, [A, B, C])
-    assert q.claim == 0 and not s.claims
+    assert q.claim == 0 and s.standing() == {}
 
 
 def test_claims_are_the_epoch_s_not_in_snapshots_but_in_the_digest_and_a_journal_s_image():
@@ -98,22 +99,23 @@ def test_claims_are_the_epoch_s_not_in_snapshots_but_in_the_digest_and_a_journal
 
 
 # -- the replica ------------------------------------------------------------------------------
-def waiting_owner(older_build=False) -> tuple:
-    """Three replicas, queue "q" empty, a waiting for 10 messages: (bus, a, b, its call)."""
-    bus = Bus(3)
+def waiting_owner(older_build=False, config=None) -> tuple:
+    """Three replicas, queue "q" empty, a waiting for 10 messages: (bus, its call)."""
+    bus = Bus(3, config)
     if older_build:
         bus.replicas[2].level = STREAM_LEVEL  # announces the level of the build before claims
     bus.view()
-    a, b, _c = bus.replicas
+    a = bus.replicas[0]
     a.create("q")
     bus.flush()
     w = a.acquire("q", 10, many=True)
     bus.flush()
-    return bus, a, b, w
+    return bus, w
 
 
 def test_an_owner_waiting_on_an_empty_queue_gets_a_publish_with_no_acquire_of_its_own():
-    bus, a, b, w = waiting_owner()
+    bus, w = waiting_owner()
+    a, b, _c = bus.replicas
     assert a.state.queues["q"].claim == 10
     assert a.stats["acquires_sent"] == 1
     b.publish("q", b"x")
@@ -123,7 +125,8 @@ def test_an_owner_waiting_on_an_empty_queue_gets_a_publish_with_no_acquire_of_it
 
 
 def test_with_an_older_build_in_the_view_the_owner_acquires_as_before():
-    bus, a, b, w = waiting_owner(older_build=True)
+    bus, w = waiting_owner(older_build=True)
+    a, b, _c = bus.replicas
     assert a.stats["acquires_sent"] == 0  # nothing to take, nothing asked
     b.publish("q", b"x")
     bus.flush()
@@ -132,13 +135,8 @@ def test_with_an_older_build_in_the_view_the_owner_acquires_as_before():
 
 
 def test_what_a_claim_takes_between_two_calls_waits_for_the_next_call_until_interest_lapses():
-    bus = Bus(3, WorkQueueConfig(interest_linger_s=1.0))
-    bus.view()
+    bus, w = waiting_owner(config=WorkQueueConfig(interest_linger_s=1.0))
     a, b, c = bus.replicas
-    a.create("q")
-    bus.flush()
-    w = a.acquire("q", 10, many=True)
-    bus.flush()
     b.publish("q", b"x")
     bus.flush()
     assert w.done and [d.body for d in w.result] == [b"x"]
@@ -161,12 +159,8 @@ def test_what_a_claim_takes_between_two_calls_waits_for_the_next_call_until_inte
 
 
 def test_a_claimed_message_is_handed_out_only_once_a_majority_has_its_publish_on_disk():
-    bus, disks = durable_bus()
-    bus.view()
-    settle_all(bus, disks)
+    bus, disks = durable_queue()
     a, b, c = bus.replicas
-    a.create("q")
-    settle_all(bus, disks)
     w = a.acquire("q", 5, many=True)
     settle_all(bus, disks)
     b.publish("q", b"x")

@@ -47,6 +47,16 @@ def durable_bus(n=3, cfg=CFG) -> tuple:
     return bus, [Disk() for _ in range(n)]
 
 
+def durable_queue() -> tuple:
+    """Three durable replicas in one view with queue "q", settled: (bus, disks)."""
+    bus, disks = durable_bus()
+    bus.view()
+    settle_all(bus, disks)
+    bus.replicas[0].create("q")
+    settle_all(bus, disks)
+    return bus, disks
+
+
 def settle_all(bus, disks, rounds=5) -> None:
     for _ in range(rounds):
         bus.flush()
@@ -82,12 +92,8 @@ def restarted(bus, disks, which, cfg=CFG) -> list:
 
 
 def test_a_durable_call_completes_once_a_majority_has_it_on_disk():
-    bus, disks = durable_bus()
-    bus.view()
-    settle_all(bus, disks)
+    bus, disks = durable_queue()
     a, b, c = bus.replicas
-    a.create("q")
-    settle_all(bus, disks)
     req = a.publish("q", b"x")
     bus.flush()
     assert all(r.state.queues["q"].depth == 1 for r in bus.replicas)  # applied everywhere
