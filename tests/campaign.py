@@ -127,7 +127,7 @@ def main(argv=None) -> int:
             return None  # the time is up: this chunk does not start
         return run_chunk(test, base, count, extra)
     with ThreadPoolExecutor(a.jobs) as pool:
-        futures = [pool.submit(chunk, t, b, n) for t, b, n in work]
+        futures = {pool.submit(chunk, t, b, n): b for t, b, n in work}
         for done, fut in enumerate(as_completed(futures), 1):
             if fut.result() is None:
                 continue
@@ -136,11 +136,13 @@ def main(argv=None) -> int:
             tot[0] += ran
             tot[1] += len(failures)
             tot[2] += cpu
-            with out.open("a") as f:
+            with out.open("a") as f:  # each chunk on record: a stopped campaign still counts
                 for seed, text in failures:
                     line = f"{test} --sim-seed={seed}: {text}\n"
                     f.write(line)
                     print("VIOLATION", line, end="", flush=True)
+                f.write(f"# chunk {test} from {futures[fut]}: {ran} seeds, "
+                        f"{len(failures)} violations, {cpu:.0f} CPU s\n")
             if done % max(1, len(work) // 20) == 0 or done == len(work):
                 print(f"[{done}/{len(work)} chunks, {time.monotonic() - t0:.0f} s]", flush=True)
     lines = [f"{t}: {n} seeds, {v} violations, {cpu:.0f} CPU s\n"
