@@ -3,6 +3,7 @@ default and trade-off. ``WorkQueueConfig(time_slice_s=0.05)`` overrides a field.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 ACK_MAJORITY, ACK_LOCAL = "majority", "local"
 
@@ -91,3 +92,11 @@ class WorkQueueConfig:
     (so the cost of compaction stays proportional to what was journaled). Larger: fewer
     snapshots, a longer replay at restart. A snapshot is built in one go on the member's
     loop: its pause grows with the state's size."""
+    journal_idle_sync_s: Optional[float] = 0.001
+    """A durable member's journal syncs on a thread of its own, in groups: whatever the
+    member wrote while the last fdatasync ran goes in the next one. A write that comes
+    after the journal was idle this many seconds (none in between) has no group to join:
+    it is synced at once on the member's loop instead, which waits for that one fdatasync
+    (0.2 to 0.4 ms here) but saves the hand-off to the thread and back (about 0.2 ms of
+    every call's latency on a quiet 2-core machine, more under load). Smaller: only
+    quieter journals sync on the loop; None: every sync is on the thread."""
