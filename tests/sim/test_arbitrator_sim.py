@@ -10,6 +10,7 @@ from raygroups.stack import StackConfig
 from raygroups.stack.sim import Simulation, SimOptions
 from raygroups.stack.workqueue import Phase, QueueNotPrimary, WorkQueueConfig
 from raygroups.stack.workqueue.sim import SimQueues
+from raygroups.stack.workqueue.sim_journal import SimJournal
 
 from .history import History
 from .queue_history import QueueHistory
@@ -26,13 +27,15 @@ def ready(d) -> bool:
     return d.active or (d._current() and d.replica.phase is Phase.ARBITER)
 
 
-def start(sim, arb_at: int):
+def start(sim, arb_at: int, durable: bool = False):
+    """``durable``: every holder journals (the arbitrator never does)."""
     drivers = []
     for i in range(N):
         if i:
             sim.run_for(sim.rng.uniform(0, 0.01))
+        journal = SimJournal() if durable and i != arb_at else None
         drivers.append(SimQueues(sim, sim.add_member("g", f"m{i}", CFG),
-                                 ARB if i == arb_at else WQ))
+                                 ARB if i == arb_at else WQ, journal=journal))
     sim.run_until(lambda: one_view(drivers) and all(ready(d) for d in drivers), 30,
                   "every member serving or voting in one primary view")
     return drivers
@@ -63,11 +66,14 @@ def test_work_queue_history_with_an_arbitrator(sim_seed):
 
 @pytest.mark.seeds(30)
 @pytest.mark.regressions(16140394)  # an epoch only the arbitrator began kept the queue away
-def test_a_2_2_split_keeps_the_arbitrator_s_side(sim_seed):
+@pytest.mark.parametrize("durable", [False, True], ids=["memory", "durable"])
+def test_a_2_2_split_keeps_the_arbitrator_s_side(sim_seed, durable):
+    """With durable queues too: the arbitrator counts in the ballot and the establishment
+    of the side it is on (durable.py), so that side's queue serves as well."""
     sim = Simulation(sim_seed, SimOptions(delay_s=(0.0005, 0.003)))
     h = QueueHistory(sim, MAIN, ALT)
     arb_at = sim.rng.randrange(N)
-    drivers = start(sim, arb_at)
+    drivers = start(sim, arb_at, durable)
     holders = [d for i, d in enumerate(drivers) if i != arb_at]
     create = holders[0].create(MAIN, ALT)
     sim.run_until(lambda: create.done, 5, "queue created")
