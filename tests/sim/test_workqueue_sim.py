@@ -14,6 +14,7 @@ from raygroups.stack.sim import Simulation, SimOptions
 from raygroups.stack.workqueue import (NotAcquired, QueueNotPrimary, StaleEpoch,
                                        WorkQueueConfig)
 from raygroups.stack.workqueue.sim import SimQueues
+from raygroups.stack.workqueue.sim_journal import SimJournal
 
 from .history import History
 from .queue_history import QueueHistory
@@ -249,6 +250,28 @@ def test_minority_refuses_and_loses_nothing(sim_seed):
     assert len(digests) == 1
 
 
+PAIR = StackConfig.local(primary__expected_size=2, primary__tie_breaker="store",
+                         discovery="memory://sim")
+
+
+def pair_that_loses_one(sim_seed, journal=lambda i: None):
+    """A pair with the even-split tie-breaker, a queue and 5 acknowledged publishes; then
+    one of the two (at random) crashes, and the other is primary alone, by the lease:
+    (sim, drivers, gone, survivor)."""
+    sim = Simulation(sim_seed, buggify=True)
+    drivers = start(sim, 2, PAIR, journal=journal)
+    create = drivers[0].create(MAIN, ALT)
+    sim.run_until(lambda: create.done, 5)
+    pubs = [drivers[1].publish(MAIN, b"before-%d" % i) for i in range(5)]
+    sim.run_until(lambda: all(p.done for p in pubs), 5)
+    assert all(p.error is None for p in pubs)
+    gone, survivor = (drivers[0], drivers[1]) if sim.rng.random() < 0.5 else drivers[::-1]
+    gone.crash()
+    sim.run_until(lambda: len(survivor.member.view) == 1 and survivor.member.view.primary, 30,
+                  "the survivor primary by the lease")
+    return sim, drivers, gone, survivor
+
+
 @pytest.mark.seeds(20)
 @pytest.mark.regressions(16210218)  # the owners' claims in a snapshot format with timestamps
 def test_a_pair_with_the_tie_breaker_keeps_its_queue_when_it_loses_one(sim_seed):
@@ -257,20 +280,9 @@ def test_a_pair_with_the_tie_breaker_keeps_its_queue_when_it_loses_one(sim_seed)
     (its epoch's other half is gone, and the lease means no other half moved on), and a
     fresh member that joins later gets it all (the campaign across Ray hosts: a primary of
     two lost one to Ray's verdict, and the queue stayed refused in every primary view after)."""
-    sim = Simulation(sim_seed, buggify=True)
-    cfg = StackConfig.local(primary__expected_size=2, primary__tie_breaker="store",
-                            discovery="memory://sim")
-    drivers = start(sim, 2, cfg)
-    create = drivers[0].create(MAIN, ALT)
-    sim.run_until(lambda: create.done, 5)
-    pubs = [drivers[1].publish(MAIN, b"before-%d" % i) for i in range(5)]
-    sim.run_until(lambda: all(p.done for p in pubs), 5)
-    assert all(p.error is None for p in pubs)
-    gone, survivor = (drivers[0], drivers[1]) if sim.rng.random() < 0.5 else drivers[::-1]
-    gone.crash()
-    sim.run_until(lambda: len(survivor.member.view) == 1 and survivor.member.view.primary
-                  and survivor.active, 30, "the survivor primary and its queue active")
-    fresh = SimQueues(sim, sim.add_member("g", "m2", cfg), WQ)
+    sim, drivers, gone, survivor = pair_that_loses_one(sim_seed)
+    sim.run_until(lambda: survivor.active, 30, "the survivor's queue active")
+    fresh = SimQueues(sim, sim.add_member("g", "m2", PAIR), WQ)
     both = [survivor, fresh]
     sim.run_until(lambda: one_view(both) and all(d.active for d in both), 30,
                   "the fresh member in, every queue active")
@@ -282,3 +294,31 @@ def test_a_pair_with_the_tie_breaker_keeps_its_queue_when_it_loses_one(sim_seed)
     assert {d.body for d in got} == {b"before-%d" % i for i in range(5)}
     sim.run_for(0.5)
     assert len({d.replica.state.digest() for d in both}) == 1
+
+
+@pytest.mark.seeds(20)
+def test_a_durable_pair_with_the_tie_breaker_waits_for_its_other_half(sim_seed):
+    """The same pair with durable queues (docs/architecture.md, durable queues, "Limits"):
+    the survivor is primary by the lease, but its queue waits, since the epoch's ballot
+    needs most of the pair's disks; a publish there does not complete, nothing is lost, and
+    once the other restarts on its journal the queue serves again with every acknowledged
+    publish."""
+    journals = [SimJournal(), SimJournal()]
+    sim, drivers, gone, survivor = pair_that_loses_one(sim_seed, lambda i: journals[i])
+    late = survivor.publish(MAIN, b"while-half")
+    sim.run_for(5)
+    assert not survivor.active and not (late.done and late.error is None)
+    gone.restart()
+    sim.run_until(lambda: one_view(drivers) and all(d.active for d in drivers), 30,
+                  "both back, the queue active")
+    sim.run_for(1)
+    want = {b"before-%d" % i for i in range(5)} | \
+        ({b"while-half"} if late.done and late.error is None else set())
+    got = []
+    for _ in range(7):
+        r = survivor.acquire(MAIN, timeout_s=1)
+        sim.run_until(lambda: r.done, 2)
+        got.extend(r.result or [])
+    assert {d.body for d in got} == want
+    sim.run_for(0.5)
+    assert len({d.replica.state.digest() for d in drivers}) == 1
