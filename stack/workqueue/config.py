@@ -97,6 +97,7 @@ class WorkQueueConfig:
     member wrote while the last fdatasync ran goes in the next one. A write that comes
     after the journal was idle this many seconds (none in between) has no group to join:
     it is synced at once on the member's loop instead, which waits for that one fdatasync
-    (0.2 to 0.4 ms here) but saves the hand-off to the thread and back (about 0.2 ms of
-    every call's latency on a quiet 2-core machine, more under load). Smaller: only
-    quieter journals sync on the loop; None: every sync is on the thread."""
+    (0.2 to 0.4 ms here) but saves the hand-off to the thread and back (about 0.2 ms of a
+    call's latency, measured on a 2-core machine). Larger: only quieter journals sync on
+    the loop; smaller: busier ones too (0: every write that finds the thread asleep); None:
+    every sync is on the thread."""
