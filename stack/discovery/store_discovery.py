@@ -205,6 +205,8 @@ class StoreDiscovery(Layer):
 
         def cb(result: Any, error: Optional[BaseException]) -> None:
             if not self.ctx.running:
+                if kind in ("get", "put"):  # our file's write ended after we left: the
+                    self._deferred_delete()  # delete that waited for it still goes
                 return
             try:
                 if error is None or isinstance(error, StoreConflict):

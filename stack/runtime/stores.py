@@ -627,11 +627,16 @@ class ThreadedStoreClient:
         self._submit("delete", lambda: self.store.delete(cluster, name), cb)
 
     async def drain(self, timeout: float = 2.0) -> None:
-        if self.pending:
+        """Until no call is in flight, or ``timeout``: a result's callback may make another
+        call (a leaving coordinator's delete that waited for its write)."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        while self.pending and loop.time() < end:
             waits = [asyncio.wrap_future(f) for f in list(self.pending)]
             for w in waits:  # outcomes already went to the callbacks: only wait here
                 w.add_done_callback(_consume)
-            await asyncio.wait(waits, timeout=timeout)
+            await asyncio.wait(waits, timeout=end - loop.time())
+            await asyncio.sleep(0)  # the callbacks scheduled with the results run first
 
 
 def _consume(fut: asyncio.Future) -> None:
