@@ -25,6 +25,8 @@ from raygroups.actors import (Group, GroupClosed, JoinRejected, NoSuchGroup,  # 
                               NotMember)
 from raygroups.stack import RaygroupsError, View  # noqa: E402
 
+from ..aio import wait_until  # noqa: E402
+
 WAIT_S = 60.0
 
 
@@ -48,7 +50,6 @@ def test_launch_five_members_one_view(group):
     v = group.view()
     assert len(v.members) == 5
     assert sorted(m.name for m in v.members) == sorted(group.member_names())
-
 
 
 def test_the_first_primary_needs_a_majority_of_the_members_launched(group):
@@ -443,9 +444,6 @@ def test_ray_restart_rejoins_with_a_new_uuid(group):
     assert back.uid != victim.uid
     # the others may install the view before the restarted member's own join completes,
     # and a member tells its uuid only once it is one (CI saw None here once)
-    deadline = time.monotonic() + WAIT_S
+    wait_until(lambda: group.info(victim.name)["uuid"] is not None, "its uuid", WAIT_S)
     info = group.info(victim.name)
-    while info["uuid"] is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-        info = group.info(victim.name)
     assert info["uuid"] == back.uuid_hex and info["restarts"] >= 1

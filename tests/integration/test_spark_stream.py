@@ -7,7 +7,6 @@ which a restarted query takes them once. The multi-node run with 10,000 jobs and
 tests/integration/test_spark_stream_nodes.py."""
 import itertools
 import os
-import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -23,16 +22,11 @@ from raygroups.integration import (PartitionConfig, QueueStreamConfig,  # noqa: 
                                    exactly_once_sink, owner, partition_owner, queue_stream,
                                    repartition_by_view)
 
+from ..aio import wait_until  # noqa: E402
+
 WAIT_S = 120.0
 LONG = st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1)
 INT = st.integers(min_value=-(1 << 31), max_value=(1 << 31) - 1)
-
-
-def _until(predicate, what, timeout=WAIT_S):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
 
 
 @settings(max_examples=6, deadline=None,
@@ -122,14 +116,14 @@ def test_a_failed_micro_batch_puts_its_jobs_back_and_a_restart_takes_them_once(
         assert not query.isActive and sink.committed(spark_session) == []
         # released: all 300 back, none held (once the owner's consumer interest lapsed, a
         # prefetch may hold what came back for a moment: WorkQueueConfig.interest_linger_s)
-        _until(lambda: q.info()["available"] == 300, "every job released", timeout=30)
+        wait_until(lambda: q.info()["available"] == 300, "every job released", timeout=30)
         info = q.info()
         assert info["depth"] == 300 and info["acquired"] == 0
 
         fail.unlink()
         query = start()                  # from the checkpoint: the failed batch again
         try:
-            _until(lambda: q.info()["depth"] == 0, "every job accepted")
+            wait_until(lambda: q.info()["depth"] == 0, "every job accepted", timeout=WAIT_S)
         finally:
             query.stop()
         out = sink.read(spark_session).select("id", "redelivered").collect()

@@ -13,7 +13,6 @@ empty at every member. Without the owed rule the delivery stays held (and, once 
 renews its lease, is redelivered): the test fails. No wall-clock assertions: every wait is
 for a condition with a generous deadline."""
 import os
-import time
 
 import pytest
 
@@ -22,6 +21,8 @@ pytest_plugins = ["tests.ray_fixtures"]
 from raygroups.actors import Group  # noqa: E402
 from raygroups.integration.queue_source import QueueBatch  # noqa: E402
 from raygroups.stack.workqueue import AcquireTimeout  # noqa: E402
+
+from ..aio import wait_until  # noqa: E402
 
 WAIT_S = 120.0
 LEASE_S = 3.0  # the lease keeper ticks every lease_s / 3
@@ -32,16 +33,6 @@ def group(ray_session):
     g = Group.launch(f"t-owed-{os.getpid()}", members=2, timeout=60.0, metrics_interval_s=0)
     yield g
     g.shutdown()
-
-
-def _until(pred, what: str, timeout: float = WAIT_S):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = pred()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"{what} not reached in {timeout}s"
-        time.sleep(0.2)
 
 
 def _view(group, member):
@@ -60,8 +51,8 @@ def test_an_accept_a_live_member_refused_is_owed_and_taken_once_after_the_heal(g
 
     for m in others:  # the holder alone: half of 2, not primary; the other is silent,
         group.pause(m, WAIT_S * 2)  # and alone it is half too: no primary requeues its holds
-    _until(lambda: (v := _view(group, holder)) is not None and len(v) == 1
-           and not v.primary, "the holder alone, outside the primary component")
+    wait_until(lambda: (v := _view(group, holder)) is not None and len(v) == 1
+               and not v.primary, "the holder alone, outside the primary component", WAIT_S)
 
     assert batch.commit() == 0                        # refused by a live member, for now
     assert batch.pending == [d] and batch.unsettled == 0, batch.errors
@@ -71,11 +62,11 @@ def test_an_accept_a_live_member_refused_is_owed_and_taken_once_after_the_heal(g
 
     for m in others:
         group.pause(m, 0.01)                          # resume: they merge back
-    _until(lambda: all((v := _view(group, m)) is not None and len(v) == 2 and v.primary
-                       for m in group.member_names()), "one primary view of two")
+    wait_until(lambda: all((v := _view(group, m)) is not None and len(v) == 2 and v.primary
+                           for m in group.member_names()), "one primary view of two", WAIT_S)
 
     # the lease keeper's tick settles it again (no call here asks for it)
-    _until(lambda: q.owed()["deliveries"] == 0, "the owed accept settled again")
+    wait_until(lambda: q.owed()["deliveries"] == 0, "the owed accept settled again", timeout=WAIT_S)
     assert q.owed()["settled"] == 1 and q.owed()["gone"] == 0
     assert batch.pending == []
     for m in group.member_names():

@@ -19,6 +19,8 @@ from raygroups.actors.queue import WorkQueueHandle  # noqa: E402
 from raygroups.stack.workqueue import (AcquireTimeout, NoSuchQueue,  # noqa: E402
                                        NotAcquired, QueueFull, QueueOutcomeUnknown)
 
+from ..aio import wait_until  # noqa: E402
+
 WAIT_S = 60.0
 
 
@@ -106,13 +108,6 @@ def test_reject_goes_to_the_alternate_once(group):
     assert all(q.on(n).info().get("rejected") == 1 for n in names)
 
 
-def _until(pred, what: str, timeout: float = WAIT_S):
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, f"{what} not reached in {timeout}s"
-        time.sleep(0.05)
-
-
 def _drain(q) -> list:
     got = q.acquire_many(100, timeout_s=1)
     if got:
@@ -133,9 +128,9 @@ def test_the_lifecycle_through_the_group_api(group):
     assert listed["life"]["alternate"] == "life.dead" and "life.dead" in listed
     assert q.purge() == 2  # what is available; the held one stays the consumer's
     held.accept()
-    _until(lambda: all(group.queues(member=n)["life"]["purged"] == 2 and
+    wait_until(lambda: all(group.queues(member=n)["life"]["purged"] == 2 and
                        group.queues(member=n)["life"]["depth"] == 0 for n in names),
-           "every member saw the purge")
+           "every member saw the purge", timeout=WAIT_S)
     # overflow: reject_publish refuses, dead_letter_oldest moves the oldest to the alternate
     capped = group.queue("life.capped", max_depth=2, member=names[1])
     capped.publish_many([b"1", b"2"])
@@ -151,7 +146,8 @@ def test_the_lifecycle_through_the_group_api(group):
     # a TTL: what nobody acquired in time goes to the alternate
     ttl = group.queue("life.ttl", alternate="life.dead", ttl_s=0.5, member=names[1])
     ttl.publish(b"late")
-    _until(lambda: group.queues(member=names[3])["life.ttl"]["expired"] == 1, "the expiry")
+    wait_until(lambda: group.queues(member=names[3])["life.ttl"]["expired"] == 1, "the expiry",
+               WAIT_S)
     assert _drain(dead) == [b"late"] and group.queues()["life.ttl"]["ttl_s"] == 0.5
     # delete: gone everywhere; later calls and held deliveries raise NoSuchQueue
     capped_held = capped.acquire(timeout_s=10)
@@ -160,8 +156,8 @@ def test_the_lifecycle_through_the_group_api(group):
         capped.publish(b"4")
     with pytest.raises(NoSuchQueue):
         capped_held.accept()
-    _until(lambda: all("life.capped" not in group.queues(member=n) for n in names),
-           "every member deleted it")
+    wait_until(lambda: all("life.capped" not in group.queues(member=n) for n in names),
+           "every member deleted it", timeout=WAIT_S)
     listed = [group.queues(member=n) for n in names]
     assert all(set(x) == set(listed[0]) for x in listed)
 

@@ -6,6 +6,8 @@ from raygroups.stack.runtime.queue_journal import QueueJournal
 from raygroups.stack.workqueue.config import WorkQueueConfig
 from raygroups.stack.workqueue.durable import REC, Entry
 
+from ..aio import until
+
 
 def entry(n: int) -> Entry:
     return Entry(REC, b"record-%d" % n, (1, n, 0), None)
@@ -23,13 +25,6 @@ def run(tmp_path, idle, body) -> None:
     asyncio.run(main())
 
 
-async def until(pred, timeout: float = 10.0) -> None:
-    end = asyncio.get_running_loop().time() + timeout
-    while not pred():
-        assert asyncio.get_running_loop().time() < end, "never became durable"
-        await asyncio.sleep(0.001)
-
-
 def test_a_write_to_an_idle_journal_is_durable_when_write_returns(tmp_path):
     async def body(qj, durable):
         fsyncs = qj.journal.stats.fsyncs
@@ -45,7 +40,7 @@ def test_a_write_soon_after_another_is_synced_by_the_thread(tmp_path):
         qj.write([entry(1)])
         qj.write([entry(2), entry(3)])  # within journal_idle_sync_s of the first
         assert durable == [(1, 1, 0)] and qj.inline_syncs == 1
-        await until(lambda: durable[-1] == (1, 3, 0))
+        await until(lambda: durable[-1] == (1, 3, 0), 10, "durable", step=0.001)
         assert qj.inline_syncs == 1
     run(tmp_path, 10.0, body)
 
@@ -54,6 +49,6 @@ def test_with_no_idle_sync_every_write_goes_to_the_thread(tmp_path):
     async def body(qj, durable):
         qj.write([entry(1)])
         assert durable == []
-        await until(lambda: durable == [(1, 1, 0)])
+        await until(lambda: durable == [(1, 1, 0)], 10, "durable", step=0.001)
         assert qj.inline_syncs == 0
     run(tmp_path, None, body)
