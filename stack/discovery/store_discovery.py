@@ -199,14 +199,17 @@ class StoreDiscovery(Layer):
         return (t or b.entries[0]).uid
 
     # -- store calls --------------------------------------------------------------------
-    def _call(self, kind: str, *args, then: Callable[[Any, Any], None], **kw) -> None:
-        """Call the store; ``then(result, error)`` runs on our loop, never after stop."""
+    def _call(self, kind: str, *args, then: Callable[[Any, Any], None], own_write: bool = False,
+              **kw) -> None:
+        """Call the store; ``then(result, error)`` runs on our loop, never after stop.
+        ``own_write``: a step of our file's write; when it ends after stop, the delete of
+        the file that waited for it (``delete_after_write``) still goes."""
         self.stats["store_" + kind] += 1
 
         def cb(result: Any, error: Optional[BaseException]) -> None:
             if not self.ctx.running:
-                if kind in ("get", "put"):  # our file's write ended after we left: the
-                    self._deferred_delete()  # delete that waited for it still goes
+                if own_write:
+                    self._deferred_delete()
                 return
             try:
                 if error is None or isinstance(error, StoreConflict):
@@ -578,11 +581,13 @@ class StoreDiscovery(Layer):
         self.writing, self.dirty = True, False
         name = self.own_name
         if self.own_exists is None:  # unknown: read first, then write what is missing
-            self._call("get", name, then=lambda r, e: self._on_own_read(name, r, e))
+            self._call("get", name, then=lambda r, e: self._on_own_read(name, r, e),
+                       own_write=True)
             return
         mf = self._render_own()
         kw = {"if_match": self.own_etag} if self.own_etag else {"if_absent": True}
-        self._call("put", name, mf.encode(), then=lambda r, e: self._on_put(name, mf, r, e), **kw)
+        self._call("put", name, mf.encode(), then=lambda r, e: self._on_put(name, mf, r, e),
+                   own_write=True, **kw)
 
     def _on_own_read(self, name: str, result, error) -> None:
         self.writing = False

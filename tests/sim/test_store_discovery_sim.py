@@ -164,6 +164,26 @@ def test_coordinator_change_moves_the_file(sim_seed):
     check_no_errors(sim)
 
 
+@pytest.mark.seeds(30)
+def test_a_coordinator_that_leaves_during_its_files_write_still_deletes_it(sim_seed):
+    """The coordinator leaves while a write of its file (a joiner's line) is in flight on a
+    slow store: its delete waits for that write, whose result comes after its stack
+    stopped; the delete must still go (it was dropped: CI saw the founder's file stay)."""
+    sim = sim_for(sim_seed)
+    members = start_group(sim, 3, config(store__rendezvous_interval_s=3600.0))
+    old = members[0]
+    sim.options.store_delay_s = (0.3, 0.3)  # every store call from now on is slow
+    puts = old.store.calls["put"]
+    members.append(sim.add_member(CLUSTER, "m3", config(store__rendezvous_interval_s=3600.0)))
+    sim.run_until(lambda: old.store.calls["put"] > puts, 10, "the coordinator writes the joiner")
+    old.leave()
+    sim.run_until(lambda: not old.alive, 1, "the coordinator left, its stack stopped")
+    sim.run_until(lambda: file_name(old.address.uid) not in files(sim), 2,
+                  "its file deleted once the write ended")
+    sim.run_until(lambda: one_file_listing(sim, members[1:]), 10, "one file")
+    check_no_errors(sim)
+
+
 @pytest.mark.seeds(100)
 def test_partition_two_files_then_merge_to_one(sim_seed):
     sim = sim_for(sim_seed, loss=sim_seed % 2 * 0.02)
