@@ -431,6 +431,14 @@ register_store("s3", _s3_factory)
 register_store("memory", _memory_factory)
 
 
+def outlives_cluster(url: Optional[str]) -> bool:
+    """Whether what the store at ``url`` holds outlives every member of a group (a
+    directory, a bucket), as a durable queue's journals do; not Ray's KV, lost with the
+    cluster, nor an in-process memory store."""
+    return url is not None and (urlsplit(url).scheme if "://" in url else "file") in \
+        ("file", "s3")
+
+
 def open_store(url: str) -> Any:
     """A new BlockingStore for ``url`` (see the module doc for the schemes)."""
     scheme = urlsplit(url).scheme if "://" in url else "file"

@@ -36,6 +36,7 @@ from typing import Any, Iterable, Optional
 
 from ..errors import GroupClosed, NotPrimary, RaygroupsError
 from ..view import Left, ViewChange
+from ..workqueue import ties
 from ..workqueue.config import WorkQueueConfig
 from ..errors import JournalError
 from ..workqueue.errors import AcquireTimeout, QueueClosed, QueueDiskError
@@ -43,6 +44,7 @@ from ..workqueue.replica import Delivery as _Acquired
 from ..workqueue.replica import Phase, Replica, Request, arbitrators
 from .channel import Channel
 from .queue_journal import QueueJournal
+from .stores import outlives_cluster
 
 log = logging.getLogger("raygroups.workqueue")
 
@@ -223,9 +225,12 @@ class WorkQueues:
                 raise GroupClosed("connect() the channel first")
             loop = asyncio.get_running_loop()
             j = self.journal
+            cfg = self.channel.config
             self.replica = Replica(self.channel.stack.local, self.config, clock=loop.time,
                                    wall=time.time, durable=j is not None,
-                                   recovered=j.recovered if j is not None else None)
+                                   recovered=j.recovered if j is not None else None,
+                                   ties=cfg.primary.tie_breaker == "store" and
+                                   outlives_cluster(cfg.store.url))
             if j is not None:
                 j.start(loop, self._on_durable, self._on_journal_error)
             self._wake = asyncio.Event()
@@ -279,10 +284,22 @@ class WorkQueues:
             return
         if self.journal is not None:
             self.journal.write(self.replica.take_journal())
+            self._ask_ties()
         out = self.replica.take_outgoing()
         if out:
             self._outq.extend(out)
             self._wake.set()
+
+    def _ask_ties(self) -> None:
+        """The replica's even-split ties (ties.py), from the channel's discovery store."""
+        replica, store = self.replica, self.channel.runtime.store
+
+        def done(tie: str, holder) -> None:
+            if replica is self.replica and not self._closed:
+                replica.on_tie(tie, holder)
+                self._after_input()
+        for tie, half in replica.take_ties():
+            ties.ask(store, self.channel.cluster, tie, half, done)
 
     def _on_durable(self, pos: tuple) -> None:
         if self.replica is not None and not self._closed:

@@ -69,6 +69,11 @@ class WorkQueueConfig:
     them. Not with the stack's ``primary__tie_breaker="store"`` (the two would decide one
     split twice; a view holding exactly half of the epoch with an arbitrator is never
     primary for the queue)."""
+    tie_retry_s: float = 0.5
+    """A durable view holding exactly half of its last epoch's members, with the stack's
+    ``primary__tie_breaker="store"``, asks the discovery store which half holds that
+    epoch's tie (ties.py) before it serves; when the store fails, it asks again after this
+    many seconds, for as long as the view lasts."""
     update_chunk_bytes: int = 256 * 1024
     """A stale member's update (a joiner's, or one back from a minority) streams from its
     donor in chunks of about this many bytes of message bodies (the Qpid new-cluster

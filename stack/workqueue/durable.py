@@ -55,6 +55,10 @@ disk until most members of each of its lists (``joint``) promised it, and every 
 announces the highest number it promised in the state exchange, so a later formation
 from the same state, which needs most of those members too, numbers itself above it.
 
+Ties. With the stack's even-split tie-breaker and a store that outlives the group, "most
+members of a list" in all of the above is more than half, or exactly the half that holds
+the list's tie in the store (ties.py): any two such quorums of a list still intersect.
+
 Incarnations. Every incarnation that used a journal acknowledged only what it synced there,
 so the journal stands for each of them: a member restarted from it announces them all
 (the last ``MAX_INCARNATIONS``) and counts for any of them in an epoch's majority, also for

@@ -47,6 +47,7 @@ from typing import Any, Callable, NamedTuple, Optional
 from ..errors import MessageTooLarge
 from . import codec
 from . import durable as journaling
+from . import ties
 from .codec import (ACQUIRE, APPLIED, BATCH, CANCEL, CONSUME, CREATE, DECLARE, DELETE,
                     DEQUEUE, ENQUEUE, EXPIRE, LEVEL, OWNER_RELEASE, PROMISED, PURGE, REJECT,
                     RELEASE, SNAP, UPDATE, UPDATE_ACK)
@@ -197,13 +198,17 @@ class Replica:
     def __init__(self, local: Any, config: Optional[WorkQueueConfig] = None,
                  clock: Callable[[], float] = lambda: 0.0,
                  wall: Optional[Callable[[], float]] = None,
-                 durable: bool = False, recovered: Optional[Any] = None):
+                 durable: bool = False, recovered: Optional[Any] = None,
+                 ties: bool = False):
         """``local``: this member's Address (its ``uid`` identifies it in the state).
         ``clock``: seconds, for timeouts and intervals (monotonic); ``wall``: seconds since
         the epoch, comparable across members, for message timestamps and EXPIRE's cut-off
         (default: ``clock``). ``durable``: the driver journals what ``take_journal`` returns
         and reports what is on disk (``on_durable``); ``recovered``: what this member's
-        journal gave back (``durable.replay``)."""
+        journal gave back (``durable.replay``). ``ties``: durable, the even split's tie
+        (ties.py) may make exactly half of a list "most" of it; the driver takes each tie
+        ``take_ties`` asks for from a store that outlives the group and reports the holder
+        (``on_tie``)."""
         self.config = cfg = config or WorkQueueConfig()
         self.local = local
         self.uid: bytes = local.uid
@@ -224,6 +229,11 @@ class Replica:
         self.early: list = []                 # a SNAP and asks for the update, in PROMISE
         self.diskless: set = set()            # members of the view with no journal
         self.coming: tuple = ([], [], [])     # joint, base, key of the state we await
+        self.use_ties = ties and self.durable
+        self.ties: dict = {}                  # tie name -> the half the store gave it to
+        self.need_ties: dict = {}             # tie name -> our half: the forming epoch's
+        self.tie_asks: list = []              # (tie name, half) for the driver to ask
+        self.tie_failed: dict = {}            # tie name -> when the store last failed us
         if recovered is not None:
             r = recovered
             self.state, self.before = r.state, list(r.incarnations)
@@ -293,7 +303,7 @@ class Replica:
         exchange, self.exchange = self.exchange, None
         self.view, self.view_key = view, key
         self.await_key, self.held, self.incoming = None, [], None
-        self.forming, self.early = None, []
+        self.forming, self.early, self.need_ties = None, [], {}
         self.promises = {k: v for k, v in self.promises.items() if k[0] == tuple(key)}
         self._end_update()
         self._drop_batch()
@@ -366,6 +376,8 @@ class Replica:
             self._expire()
         if self.outgoing is not None:
             self._send_update(self.outgoing.overdue(self.clock(), self.config.update_ask_s))
+        if self.phase is Phase.PROMISE and self.need_ties:
+            self._ask_ties()
 
     def _expire(self) -> None:
         """The epoch's first member multicasts EXPIRE every ``expire_interval_s`` with its
@@ -411,6 +423,43 @@ class Replica:
         s = self.state
         return self.synced if self.durable else (s.epoch, s.applied)
 
+    # -- the even split's tie (ties.py) ------------------------------------------------------
+    def take_ties(self) -> list:
+        """[(tie name, half)] for the driver to ask the store (``ties.ask``), each once."""
+        out, self.tie_asks = self.tie_asks, []
+        return out
+
+    def on_tie(self, tie: str, holder: Optional[frozenset]) -> None:
+        """The store's answer to a ``take_ties`` ask: the half holding the tie, or None (it
+        failed: asked again after ``tie_retry_s``)."""
+        if holder is None:
+            self.stats["tie_errors"] += 1
+            self.tie_failed[tie] = self.clock()
+            return
+        self.tie_failed.pop(tie, None)
+        self.ties[tie] = holder
+        while len(self.ties) > ties.MAX_KNOWN:
+            del self.ties[next(iter(self.ties))]
+        want = self.need_ties.get(tie)
+        if want is None or self.phase is not Phase.PROMISE:
+            return
+        if holder != want:
+            self.stats["ties_lost"] += 1
+            self._lose_primary("the other half of the last epoch holds its tie")
+            return
+        self.stats["ties_won"] += 1
+        self._check_promises()
+
+    def _ask_ties(self) -> None:
+        """Ask for the forming epoch's ties not known yet, a failed one again after
+        ``tie_retry_s``."""
+        now = self.clock()
+        for tie, half in self.need_ties.items():
+            failed = self.tie_failed.get(tie, float("-inf"))
+            if tie not in self.ties and now - failed >= self.config.tie_retry_s:
+                self.tie_failed[tie] = float("inf")  # in flight
+                self.tie_asks.append((tie, half))
+
     # -- the journal (durable.py) ------------------------------------------------------------
     def take_journal(self) -> list:
         """[journaling.Entry] to write, in this order (a durable replica; else always [])."""
@@ -440,7 +489,7 @@ class Replica:
         for m, a in self.acks.items():
             if a[0] >= s.epoch:
                 knows.add(m)
-        if not _most_of_each(self.joint, self._stands_for(knows)):
+        if not ties.most_of_each(self.joint, self._stands_for(knows), self.ties):
             return False
         self.joint = []
         self.stats["epochs_established"] += 1
@@ -980,7 +1029,16 @@ class Replica:
         # (durable.py, "Establishment"): most of each of those must be here too
         joint = positions[donor][4] if (best[0], tuple(positions[donor][6])) not in proven \
             else []
-        if not _most_of_each(joint, here) or \
+        # a durable queue with the even split's tie (ties.py): exactly half of a list is
+        # "most" of it for the half the store gives (or gave) the list's tie; the epoch forms
+        # once the store said it is ours (_check_promises), and we lose it if it is not
+        half_of = ties.halves(joint + [best_members], here) if self.use_ties and not arbs \
+            else {}
+        if any(self.ties.get(t, h) != h for t, h in half_of.items()):
+            self.stats["ties_lost"] += 1
+            self._lose_primary("the other half of the last epoch holds its tie")
+            return
+        if not ties.most_of_each(joint, here, half_of) or \
                 len(joint) >= journaling.MAX_JOINT:
             self.stats["no_quorum"] += 1
             self.stats["no_quorum_joint"] += 1
@@ -998,7 +1056,7 @@ class Replica:
         # the holders: not when an arbitrator is one of the half, whose holders may be
         # fewer than half of the epoch's)
         lease_half = 2 * present == len(best_members) and pid == best[0] + 1 and not arbs
-        if best_members and 2 * present <= len(best_members) and not lease_half:
+        if best_members and not ties.quorum(best_members, here, half_of) and not lease_half:
             # the most advanced state we can see belongs to an epoch most of whose members
             # are missing: another component may have moved on from it
             self.stats["no_quorum"] += 1
@@ -1022,6 +1080,8 @@ class Replica:
         # the ballot (durable.py): no trace of the epoch on any disk before most of each of
         # its lists promised its number
         self.phase = Phase.PROMISE
+        self.need_ties = half_of
+        self._ask_ties()
         self.promised = max(self.promised, epoch)
         self._journal(journaling.REC, journaling.promise_record(epoch))
         self.stats["promises"] += 1
@@ -1044,7 +1104,9 @@ class Replica:
         voted = self.promises.get((tuple(self.view_key), f.epoch), set())
         # arbitrators, members without a disk and older builds promise nothing (as for
         # establishment, arbitrators count)
-        if _most_of_each(f.joint, self._stands_for(voted) | self.arbs | self.diskless):
+        if all(self.ties.get(t) == h for t, h in self.need_ties.items()) and \
+                ties.most_of_each(f.joint, self._stands_for(voted) | self.arbs | self.diskless,
+                                  self.ties):
             self._form()
 
     def _form(self) -> None:
@@ -1299,7 +1361,8 @@ def _proven(positions: dict) -> set:
     """The (epoch, key) of durable epochs that some announcements give as not established
     but that are: another member of the same epoch knows it is (establishment belongs to
     the epoch, not to whoever announces it), or members of the view in that epoch whose
-    disk has it stand for most members of each of its lists."""
+    disk has it stand for most members of each of its lists. Without ties (ties.py): every
+    member of the view decides the same from the exchange, whatever ties it knows."""
     out = set()
     for e, key, joint in {(p[0], tuple(p[6]), tuple(map(tuple, p[4])))
                           for p in positions.values() if p[4]}:

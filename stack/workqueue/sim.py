@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional
 
 from ..errors import RaygroupsError
 from ..view import ViewChange
-from . import durable
+from . import durable, ties
 from .config import WorkQueueConfig
 from .replica import Delivery, Phase, Replica, Request
 
@@ -68,7 +68,8 @@ class SimQueues:
                 j.restart_snapshot(recovered.image())
         self.replica = Replica(m.stack.local, self.config, clock=lambda: self.sim.now,
                                wall=lambda: self.sim.now + self.skew_s,
-                               durable=j is not None, recovered=recovered)
+                               durable=j is not None, recovered=recovered,
+                               ties=m.config.primary.tie_breaker == "store")
         if j is not None:
             replica = self.replica
 
@@ -124,6 +125,7 @@ class SimQueues:
             return
         if self.journal is not None:
             self.journal.write(self.replica.take_journal(), self.member)
+        self._ask_ties()
         self.pending.extend(self.replica.take_outgoing())
         m = self.member
         i = 0
@@ -135,6 +137,18 @@ class SimQueues:
         except RaygroupsError:
             self.send_errors += 1  # refused for now (flush, flow control): next tick
         del self.pending[:i]
+
+    def _ask_ties(self) -> None:
+        """The replica's even-split ties, from the simulation's discovery store (which
+        outlives every member, as a directory or a bucket does)."""
+        replica, m = self.replica, self.member
+
+        def done(tie: str, holder) -> None:
+            if replica is self.replica and self._current():
+                replica.on_tie(tie, holder)
+                self._kick()
+        for tie, half in replica.take_ties():
+            ties.ask(m.store, m.cluster, tie, half, done)
 
     def _tick(self) -> None:
         if self._current() and self.replica.phase is not Phase.CLOSED:

@@ -8,6 +8,9 @@ one primary view of five, and every holder holds the same queue (the same digest
 whole queue state; drained anywhere: the primary side's messages, none of the other's).
 Without the arbitrator the same 2+2 split of the four holders leaves neither half primary
 (MySQL Group Replication's rule), and publishes fail on both."""
+import glob
+import os
+import tempfile
 import time
 
 import pytest
@@ -48,6 +51,21 @@ def infos(procs) -> list:
     return [call(p, "info", ("info",)) for p in procs]
 
 
+def one_queue(procs, holders) -> list:
+    """Wait for one primary view of ``procs``, every holder serving, one queue state;
+    returns the holders' infos."""
+    deadline = time.monotonic() + 2 * WAIT_S
+    while True:
+        again, got = last_views(procs), infos(holders)
+        if len({tuple(v["view_id"]) for v in again}) == 1 and \
+                all(v["primary"] for v in again) and \
+                all(i["phase"] == "active" for i in got) and \
+                len({(i["epoch"], i["digest"]) for i in got}) == 1:
+            return got
+        assert time.monotonic() < deadline, (again, got)
+        time.sleep(0.2)
+
+
 @pytest.mark.parametrize("arbitrator", [True, False])
 def test_a_2_2_split_with_the_arbitrator_keeps_the_queue_on_its_side(arbitrator):
     n = 5 if arbitrator else 4
@@ -76,16 +94,7 @@ def test_a_2_2_split_with_the_arbitrator_keeps_the_queue_on_its_side(arbitrator)
             assert major["event"] == "queue_error" and major["type"] == "QueueNotPrimary"
         lab.heal()
         wait_views(lab, procs, n, timeout=2 * WAIT_S)
-        deadline = time.monotonic() + 2 * WAIT_S
-        while True:  # one primary view, every holder serving, one queue state
-            again, got = last_views(procs), infos(holders)
-            if len({tuple(v["view_id"]) for v in again}) == 1 and \
-                    all(v["primary"] for v in again) and \
-                    all(i["phase"] == "active" for i in got) and \
-                    len({(i["epoch"], i["digest"]) for i in got}) == 1:
-                break
-            assert time.monotonic() < deadline, (again, got)
-            time.sleep(0.2)
+        got = one_queue(procs, holders)
         want = ["a0", "on-the-arbitrator-side"] if arbitrator else ["a0"]
         assert got[0]["depths"] == {"jobs": len(want)}, got
         if arbitrator:
@@ -96,3 +105,37 @@ def test_a_2_2_split_with_the_arbitrator_keeps_the_queue_on_its_side(arbitrator)
         while any(i["depths"] != {"jobs": 0} for i in infos(holders)):
             assert time.monotonic() < deadline
             time.sleep(0.2)
+
+
+def test_a_2_2_split_of_durable_queues_serves_the_half_with_the_tie():
+    """The other way out for durable queues: the even-split tie-breaker, the store a
+    directory all four reach. Each holder journals its queues in a directory of its own.
+    The half that wins the stack's lease takes the last epoch's tie in the store
+    (docs/architecture.md, "The even split's tie"), and its publishes complete on its two
+    disks; the other half's fail with QueueNotPrimary. After the heal every holder holds
+    the same queue, with what the tie's half published."""
+    store = tempfile.mkdtemp(prefix="rgqtie-")
+    journals = [tempfile.mkdtemp(prefix=f"rgqtie-j{i}-") for i in range(4)]
+    with NetLab(4) as lab:
+        procs = start_members(lab, "netns-qtie", static=False,
+                              extra=["--queue", "--expected", "4", "--discovery",
+                                     f"file://{store}", "--tie-breaker", "store"],
+                              more={i: ["--journal", journals[i]] for i in range(4)})
+        first = wait_views(lab, procs, 4, timeout=WAIT_S)
+        assert all(v["primary"] for v in first), first
+        assert call(procs[0], "publish jobs a0")["event"] == "published"
+        halves = [[0, 1], [2, 3]]
+        lab.partition(halves)
+        last = settled(procs, halves)
+        [won] = [h for h in halves if last[h[0]]["primary"]]
+        [lost] = [h for h in halves if h != won]
+        ok = call(procs[won[1]], "publish jobs on-the-tie-side")
+        refused = call(procs[lost[0]], "publish jobs on-the-other-side")
+        assert ok["event"] == "published", ok
+        assert refused["event"] == "queue_error" and refused["type"] == "QueueNotPrimary"
+        assert len(glob.glob(os.path.join(store, "**", "queue-*.tie"), recursive=True)) == 1
+        lab.heal()
+        wait_views(lab, procs, 4, timeout=2 * WAIT_S)
+        one_queue(procs, procs)
+        drained = call(procs[lost[1]], "drain jobs", ("drained", "queue_error"))
+        assert drained.get("payloads") == ["a0", "on-the-tie-side"], drained
