@@ -231,7 +231,7 @@ class Replica:
         self.coming: tuple = ([], [], [])     # joint, base, key of the state we await
         self.use_ties = ties and self.durable
         self.ties: dict = {}                  # tie name -> the half the store gave it to
-        self.need_ties: dict = {}             # tie name -> our half: the forming epoch's
+        self.need_tie: Optional[tuple] = None  # (tie name, our half): the forming epoch's
         self.tie_asks: list = []              # (tie name, half) for the driver to ask
         self.tie_failed: dict = {}            # tie name -> when the store last failed us
         if recovered is not None:
@@ -303,7 +303,7 @@ class Replica:
         exchange, self.exchange = self.exchange, None
         self.view, self.view_key = view, key
         self.await_key, self.held, self.incoming = None, [], None
-        self.forming, self.early, self.need_ties = None, [], {}
+        self.forming, self.early, self.need_tie = None, [], None
         self.promises = {k: v for k, v in self.promises.items() if k[0] == tuple(key)}
         self._end_update()
         self._drop_batch()
@@ -376,8 +376,8 @@ class Replica:
             self._expire()
         if self.outgoing is not None:
             self._send_update(self.outgoing.overdue(self.clock(), self.config.update_ask_s))
-        if self.phase is Phase.PROMISE and self.need_ties:
-            self._ask_ties()
+        if self.phase is Phase.PROMISE and self.need_tie is not None:
+            self._ask_tie()
 
     def _expire(self) -> None:
         """The epoch's first member multicasts EXPIRE every ``expire_interval_s`` with its
@@ -440,25 +440,29 @@ class Replica:
         self.ties[tie] = holder
         while len(self.ties) > ties.MAX_KNOWN:
             del self.ties[next(iter(self.ties))]
-        want = self.need_ties.get(tie)
-        if want is None or self.phase is not Phase.PROMISE:
+        if self.need_tie is None or self.need_tie[0] != tie or self.phase is not Phase.PROMISE:
             return
-        if holder != want:
+        if holder != self.need_tie[1]:
             self.stats["ties_lost"] += 1
             self._lose_primary("the other half of the last epoch holds its tie")
             return
         self.stats["ties_won"] += 1
         self._check_promises()
 
-    def _ask_ties(self) -> None:
-        """Ask for the forming epoch's ties not known yet, a failed one again after
-        ``tie_retry_s``."""
-        now = self.clock()
-        for tie, half in self.need_ties.items():
-            failed = self.tie_failed.get(tie, float("-inf"))
-            if tie not in self.ties and now - failed >= self.config.tie_retry_s:
-                self.tie_failed[tie] = float("inf")  # in flight
-                self.tie_asks.append((tie, half))
+    def _ask_tie(self) -> None:
+        """Ask for the forming epoch's tie unless known, after a failure again once
+        ``tie_retry_s`` passed."""
+        tie, half = self.need_tie
+        failed = self.tie_failed.get(tie, float("-inf"))
+        if tie not in self.ties and self.clock() - failed >= self.config.tie_retry_s:
+            self.tie_failed[tie] = float("inf")  # in flight
+            self.tie_asks.append((tie, half))
+
+    def _tie_holder(self, joint: list, base: list) -> Optional[frozenset]:
+        """The known holder of the tie of a chain's first list (ties.py), if any."""
+        if not (self.use_ties and joint and base):
+            return None
+        return self.ties.get(ties.name(joint[0], base[0]))
 
     # -- the journal (durable.py) ------------------------------------------------------------
     def take_journal(self) -> list:
@@ -489,7 +493,8 @@ class Replica:
         for m, a in self.acks.items():
             if a[0] >= s.epoch:
                 knows.add(m)
-        if not ties.most_of_each(self.joint, self._stands_for(knows), self.ties):
+        if not ties.most_of_each(self.joint, self._stands_for(knows),
+                                 self._tie_holder(self.joint, self.base)):
             return False
         self.joint = []
         self.stats["epochs_established"] += 1
@@ -1029,16 +1034,21 @@ class Replica:
         # (durable.py, "Establishment"): most of each of those must be here too
         joint = positions[donor][4] if (best[0], tuple(positions[donor][6])) not in proven \
             else []
-        # a durable queue with the even split's tie (ties.py): exactly half of a list is
-        # "most" of it for the half the store gives (or gave) the list's tie; the epoch forms
-        # once the store said it is ours (_check_promises), and we lose it if it is not
-        half_of = ties.halves(joint + [best_members], here) if self.use_ties and not arbs \
-            else {}
-        if any(self.ties.get(t, h) != h for t, h in half_of.items()):
-            self.stats["ties_lost"] += 1
-            self._lose_primary("the other half of the last epoch holds its tie")
-            return
-        if not ties.most_of_each(joint, here, half_of) or \
+        new_base = positions[donor][5] if joint else list(best)
+        # a durable queue with the even split's tie (ties.py): exactly half of the first list
+        # of the chain (the epoch it begins from, numbered by its base) is "most" of it for
+        # the half holding that epoch's tie; the epoch forms once the store said the tie is
+        # ours (_check_promises), and the queue is not primary here if it is not
+        tie, holder = None, None
+        first = joint[0] if joint else best_members
+        if self.use_ties and not arbs and first and ties.half(first, here) is not None:
+            holder = ties.half(first, here)
+            tie = (ties.name(first, new_base[0]), holder)
+            if self.ties.get(tie[0], holder) != holder:
+                self.stats["ties_lost"] += 1
+                self._lose_primary("the other half of the last epoch holds its tie")
+                return
+        if not ties.most_of_each(joint, here, holder) or \
                 len(joint) >= journaling.MAX_JOINT:
             self.stats["no_quorum"] += 1
             self.stats["no_quorum_joint"] += 1
@@ -1056,7 +1066,8 @@ class Replica:
         # the holders: not when an arbitrator is one of the half, whose holders may be
         # fewer than half of the epoch's)
         lease_half = 2 * present == len(best_members) and pid == best[0] + 1 and not arbs
-        if best_members and not ties.quorum(best_members, here, half_of) and not lease_half:
+        if best_members and not ties.quorum(best_members, here, None if joint else holder) \
+                and not lease_half:
             # the most advanced state we can see belongs to an epoch most of whose members
             # are missing: another component may have moved on from it
             self.stats["no_quorum"] += 1
@@ -1065,7 +1076,6 @@ class Replica:
         self.arbs = arbs
         self.claims = claims
         new_joint = joint + [list(best_members)] if self.durable and best_members else []
-        new_base = positions[donor][5] if joint else list(best)
         if self.config.arbitrator:
             self.state.begin_epoch(epoch, order, arbs)  # an empty state: the epoch, for votes
             self.phase, self.acks = Phase.ARBITER, {}
@@ -1080,8 +1090,9 @@ class Replica:
         # the ballot (durable.py): no trace of the epoch on any disk before most of each of
         # its lists promised its number
         self.phase = Phase.PROMISE
-        self.need_ties = half_of
-        self._ask_ties()
+        self.need_tie = tie
+        if tie is not None:
+            self._ask_tie()
         self.promised = max(self.promised, epoch)
         self._journal(journaling.REC, journaling.promise_record(epoch))
         self.stats["promises"] += 1
@@ -1104,9 +1115,10 @@ class Replica:
         voted = self.promises.get((tuple(self.view_key), f.epoch), set())
         # arbitrators, members without a disk and older builds promise nothing (as for
         # establishment, arbitrators count)
-        if all(self.ties.get(t) == h for t, h in self.need_ties.items()) and \
+        need = self.need_tie
+        if (need is None or self.ties.get(need[0]) == need[1]) and \
                 ties.most_of_each(f.joint, self._stands_for(voted) | self.arbs | self.diskless,
-                                  self.ties):
+                                  self._tie_holder(f.joint, f.base)):
             self._form()
 
     def _form(self) -> None:

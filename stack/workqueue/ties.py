@@ -8,9 +8,10 @@ the epoch before it, is established once most members of each epoch it came from
 disk, and its ballot needs most of each of those lists to promise its number. "Most" of a
 list ``L`` was "more than half". With a tie, it is "more than half, or exactly the half
 ``H_L``", where ``H_L`` is the half whose create of ``L``'s tie object succeeded first (its
-name derived from ``L``'s uids, its content the half's). The object is never replaced,
-deleted or given an expiry, so for every list there is at most one such half, ever, across
-every restart of every member, and every two of "more than half" or ``H_L`` intersect:
+name derived from ``L``'s uids and its epoch's number, its content the half's). The
+object is never replaced, deleted or given an expiry, so for every epoch's list there is at
+most one such half, ever, across every restart of every member, and every two of "more
+than half" or ``H_L`` intersect:
 that is all the durable arguments use of "most" (a completed call, which still needs
 more than half, is on a disk of every quorum that forms after it; two quorums of one list
 share a member that promised, or journaled, what the other counts). A member that does not
@@ -19,9 +20,16 @@ know a list's tie counts only "more than half" of it: less, never more.
 So the store must outlive the group, as the journals do: a directory or an S3 bucket, not
 Ray's KV (lost with the cluster; with it the durable half waits, as without a tie).
 
-``quorum``/``most_of_each`` count, ``halves`` finds the lists a view holds exactly half of,
-and ``ask`` takes or reads a list's tie through a ``StoreClient`` (the drivers call it; the
-replica stays sans-IO).
+Which lists: a tie belongs to an epoch, named by its members and its number, so only a list
+whose epoch number is known has one: the first of a durable chain's lists (``joint``; the
+epoch the chain begins from, its ``base``). A chain that begins at an established epoch
+``X`` (the common case: a view splits an epoch that is on its members' disks) has ``X``'s
+list first in the formation of the next epoch, in its ballot and in its establishment:
+all three count ``X``'s one tie. Every later list of a chain counts only more than half,
+as does anything a member cannot name alike: it may wait, never decide more.
+
+``quorum``/``most_of_each`` count, ``half`` finds the half a view holds, and ``ask`` takes or
+reads a tie through a ``StoreClient`` (the drivers call it; the replica stays sans-IO).
 """
 from __future__ import annotations
 
@@ -33,35 +41,34 @@ from ..discovery.store import StoreConflict
 
 SUFFIX = ".tie"
 MAX_KNOWN = 64
-"""Ties a replica remembers (the newest): a view needs those of its epoch's lists only."""
+"""Ties a replica remembers (the newest): a view needs one at most."""
 
 
-def name(members: Iterable[bytes]) -> str:
-    """The store object of the list ``members`` (uids): the same at every member."""
-    return "queue-" + hashlib.sha256(b"".join(sorted(members))).hexdigest()[:32] + SUFFIX
+def name(members: Iterable[bytes], epoch: int) -> str:
+    """The store object of the tie of epoch ``epoch`` whose members are ``members`` (uids):
+    the same at every member. Per epoch: the same members back in a later epoch (a split,
+    its heal, another split) get a tie of their own."""
+    digest = hashlib.sha256(b"".join(sorted(members)) + b"#%d" % epoch).hexdigest()
+    return f"queue-{digest[:32]}{SUFFIX}"
 
 
-def quorum(members: list, present, ties: dict) -> bool:
-    """Whether ``present`` holds more than half of ``members``, or exactly the half that
-    ``ties`` ({name: frozenset of uids}) says holds its tie."""
+def half(members: list, present) -> Optional[frozenset]:
+    """The members of ``members`` in ``present`` when they are exactly half of it."""
     held = frozenset(m for m in members if m in present)
-    if 2 * len(held) > len(members):
-        return True
-    return 2 * len(held) == len(members) and bool(held) and ties.get(name(members)) == held
+    return held if held and 2 * len(held) == len(members) else None
 
 
-def most_of_each(lists: list, present, ties: dict) -> bool:
-    return all(quorum(x, present, ties) for x in lists)
+def quorum(members: list, present, holder: Optional[frozenset] = None) -> bool:
+    """Whether ``present`` holds more than half of ``members``, or exactly the half
+    ``holder`` that holds its tie."""
+    held = sum(1 for m in members if m in present)
+    return 2 * held > len(members) or (holder is not None and half(members, present) == holder)
 
 
-def halves(lists: list, present) -> dict:
-    """{name: the half present} of every list of which ``present`` holds exactly half."""
-    out = {}
-    for x in lists:
-        held = frozenset(m for m in x if m in present)
-        if x and 2 * len(held) == len(x):
-            out[name(x)] = held
-    return out
+def most_of_each(lists: list, present, holder: Optional[frozenset] = None) -> bool:
+    """``quorum`` of every list, ``holder`` the tie of the first: the only one that can have
+    one (the epoch a durable chain begins from, whose number the chain's base gives)."""
+    return all(quorum(x, present, holder if i == 0 else None) for i, x in enumerate(lists))
 
 
 def ask(store, cluster: str, tie: str, half: frozenset,

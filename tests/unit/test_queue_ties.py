@@ -1,6 +1,7 @@
 """The durable queues' even-split tie (stack/workqueue/ties.py): "most" of a list is more
-than half, or exactly the half holding the list's tie; any two such quorums of one list
-intersect; the tie goes to the first half that creates its store object, for good."""
+than half, or exactly the half holding its epoch's tie; any two such quorums of one list
+intersect; the tie goes to the first half that creates its store object, for good; each
+epoch has a tie of its own."""
 import itertools
 import json
 
@@ -16,16 +17,18 @@ def client(store):
 
 def test_exactly_half_is_most_only_for_the_half_holding_the_tie():
     h = frozenset(L[:2])
-    known = {ties.name(L): h}
-    assert ties.quorum(L, set(L[:3]), {})                 # more than half: always
-    assert not ties.quorum(L, set(L[:2]), {})             # half, no tie known: no
-    assert ties.quorum(L, set(L[:2]), known)              # the tie's half
-    assert not ties.quorum(L, set(L[2:]), known)          # the other half
-    assert not ties.quorum(L, {L[0], L[2]}, known)        # another half
-    assert not ties.quorum(L, {L[0]}, known)              # less than half: never
-    assert ties.halves([L, L[:3], [L[0], L[3]]], {L[0], L[1]}) == \
-        {ties.name(L): h, ties.name([L[0], L[3]]): frozenset({L[0]})}
-    assert ties.name(L) == ties.name(L[::-1]) != ties.name(L[:3])
+    assert ties.quorum(L, set(L[:3]))                     # more than half: always
+    assert not ties.quorum(L, set(L[:2]))                 # half, no tie known: no
+    assert ties.quorum(L, set(L[:2]), h)                  # the tie's half
+    assert not ties.quorum(L, set(L[2:]), h)              # the other half
+    assert not ties.quorum(L, {L[0], L[2]}, h)            # another half
+    assert not ties.quorum(L, {L[0]}, h)                  # less than half: never
+    assert ties.half(L, {L[0], L[1], b"x" * 16}) == h and ties.half(L, set(L[:3])) is None
+    # the holder counts for the first list of a chain only (the one whose epoch is known)
+    assert ties.most_of_each([L, L[:3]], set(L[:2]) | {L[2]}, h)
+    assert not ties.most_of_each([L[:3], L], set(L[:2]), h)
+    assert ties.name(L, 7) == ties.name(L[::-1], 7) != ties.name(L[:3], 7)
+    assert ties.name(L, 7) != ties.name(L, 8)  # the same members, another epoch
 
 
 def test_any_two_quorums_of_a_list_intersect_whatever_half_holds_its_tie():
@@ -34,8 +37,7 @@ def test_any_two_quorums_of_a_list_intersect_whatever_half_holds_its_tie():
         subsets = [set(c) for k in range(n + 1) for c in itertools.combinations(members, k)]
         for tie in [None] + [frozenset(c) for c in itertools.combinations(members, n // 2)
                              if 2 * len(c) == n]:
-            known = {} if tie is None else {ties.name(members): tie}
-            quorums = [x for x in subsets if ties.quorum(members, x, known)]
+            quorums = [x for x in subsets if ties.quorum(members, x, tie)]
             assert quorums
             assert all(x & y for x, y in itertools.combinations(quorums, 2)), (n, tie)
 
@@ -43,11 +45,10 @@ def test_any_two_quorums_of_a_list_intersect_whatever_half_holds_its_tie():
 def test_the_first_half_to_ask_holds_the_tie_for_good():
     store = MemoryStore()
     got = []
-    name = ties.name(L)
+    name = ties.name(L, 3)
     mine, theirs = frozenset(L[:2]), frozenset(L[2:])
-    ties.ask(client(store), "g", name, mine, lambda t, h: got.append((t, h)))
-    ties.ask(client(store), "g", name, theirs, lambda t, h: got.append((t, h)))
-    ties.ask(client(store), "g", name, mine, lambda t, h: got.append((t, h)))
+    for half in (mine, theirs, mine):
+        ties.ask(client(store), "g", name, half, lambda t, h: got.append((t, h)))
     assert got == [(name, mine), (name, mine), (name, mine)]
     assert json.loads(store.files("g")[name])["half"] == sorted(m.hex() for m in mine)
 
@@ -55,10 +56,11 @@ def test_the_first_half_to_ask_holds_the_tie_for_good():
 def test_a_store_that_fails_or_holds_garbage_gives_no_tie():
     store = MemoryStore()
     got = []
+    name = ties.name(L, 3)
     store.unavailable = True
-    ties.ask(client(store), "g", ties.name(L), frozenset(L[:2]), lambda t, h: got.append(h))
+    ties.ask(client(store), "g", name, frozenset(L[:2]), lambda t, h: got.append(h))
     store.unavailable = False
-    store.put("g", ties.name(L), b"not json")
-    ties.ask(client(store), "g", ties.name(L), frozenset(L[:2]), lambda t, h: got.append(h))
+    store.put("g", name, b"not json")
+    ties.ask(client(store), "g", name, frozenset(L[:2]), lambda t, h: got.append(h))
     assert got == [None, None]
-    assert store.files("g")[ties.name(L)] == "not json"  # never overwritten
+    assert store.files("g")[name] == "not json"  # never overwritten
