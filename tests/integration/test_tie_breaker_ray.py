@@ -6,12 +6,17 @@ back (what the campaign across Ray hosts saw); with ``primary__tie_breaker="stor
 survivor takes that component's lease in the store, is primary with a higher primary id,
 and a send goes out and is delivered. The group's primary ids only grow; the lease is the
 only object the tie adds to the store."""
+import glob
 import itertools
 import os
+import shutil
+import tempfile
 
 import pytest
 
-from raygroups.actors import Group
+from raygroups.actors import Group, ray_compat
+
+from ..drain import drain
 
 pytest_plugins = ["tests.ray_fixtures"]  # the one Ray session of the run
 WAIT_S = 60.0
@@ -50,3 +55,34 @@ def test_the_survivor_of_a_primary_pair_is_primary_with_the_tie_breaker(ray_sess
             assert not v1.primary and v1.primary_id == 0, v1
     finally:
         g.shutdown()
+
+
+def test_a_durable_pair_on_ray_keeps_its_queue_when_it_loses_one(ray_session):
+    """Durable queues with the tie-breaker take the tie of the last epoch in a store that
+    outlives the cluster (docs/architecture.md, "The even split's tie"): here a directory.
+    The survivor of a durable pair that loses one to ``ray.kill`` serves the queue on its
+    own journal: a publish completes, and every acknowledged publish is there."""
+    store = tempfile.mkdtemp(prefix="rgqtie-ray-")
+    name = f"t-qtie-{os.getpid()}"
+    g = Group.launch(name, members=2, durable=True, timeout=WAIT_S, discovery=f"file://{store}",
+                     stack_options={"primary__tie_breaker": "store"},
+                     metrics_interval_s=0, http=False)
+    root = os.path.join(ray_compat.node_temp_dir(), "raygroups", "journal", name)
+    try:
+        v0 = g.view()
+        survivor, victim = v0.members
+        q = g.queue("orders", durable=True, member=survivor.name)
+        q.publish_many([b"before-%d" % k for k in range(5)])
+        g.kill(victim.name)
+        v1 = first_view(g, lambda v: victim not in v and v.primary, after=v0.view_id)
+        assert list(v1.members) == [survivor]
+        q.publish(b"after the tie")  # on the survivor's disk alone: it holds the tie
+        ties = glob.glob(os.path.join(store, "**", "queue-*.tie"), recursive=True)
+        assert len(ties) == 1, ties
+        left = drain(q)
+        assert sorted(d.body for d in left) == \
+            sorted([b"before-%d" % k for k in range(5)] + [b"after the tie"])
+    finally:
+        g.shutdown()
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(store, ignore_errors=True)
