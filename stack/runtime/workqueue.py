@@ -190,6 +190,18 @@ class WorkQueue:
         return self.service._replica().queues().get(self.name, {})
 
 
+def queue_ties(config: Any, durable: bool) -> tuple:
+    """(whether a durable replica counts the even split's tie, ties.py; a warning or None).
+    Only with ``primary.tie_breaker="store"`` and a store that outlives the group."""
+    if not durable or config.primary.tie_breaker != "store":
+        return False, None
+    if outlives_cluster(config.store.url):
+        return True, None
+    return False, (f"durable queues take the even split's tie only from a store that "
+                   f"outlives the group (file://, s3://), not {config.store.url!r}: on an "
+                   f"even split the durable queue waits for the other half")
+
+
 class WorkQueues:
     """The work queue service of one Channel. Create it before ``channel.connect()``."""
 
@@ -225,12 +237,13 @@ class WorkQueues:
                 raise GroupClosed("connect() the channel first")
             loop = asyncio.get_running_loop()
             j = self.journal
-            cfg = self.channel.config
+            use_ties, why = queue_ties(self.channel.config, j is not None)
+            if why:
+                log.warning("%s: %s", self.channel.name, why)
             self.replica = Replica(self.channel.stack.local, self.config, clock=loop.time,
                                    wall=time.time, durable=j is not None,
                                    recovered=j.recovered if j is not None else None,
-                                   ties=cfg.primary.tie_breaker == "store" and
-                                   outlives_cluster(cfg.store.url))
+                                   ties=use_ties)
             if j is not None:
                 j.start(loop, self._on_durable, self._on_journal_error)
             self._wake = asyncio.Event()

@@ -64,3 +64,19 @@ def test_a_store_that_fails_or_holds_garbage_gives_no_tie():
     ties.ask(client(store), "g", name, frozenset(L[:2]), lambda t, h: got.append(h))
     assert got == [None, None]
     assert store.files("g")[name] == "not json"  # never overwritten
+
+
+def test_durable_queues_count_ties_only_from_a_store_that_outlives_the_group():
+    from raygroups.stack import StackConfig
+    from raygroups.stack.runtime.workqueue import queue_ties
+    tie = {"primary__tie_breaker": "store"}
+    assert queue_ties(StackConfig.local(discovery="file:///shared/dir", **tie), True) == \
+        (True, None)
+    assert queue_ties(StackConfig.local(discovery="s3://bucket/prefix", **tie), True)[0]
+    for url in ("ray-kv://", "memory://x"):
+        on, why = queue_ties(StackConfig.local(discovery=url, **tie), True)
+        assert not on and url in why and "waits for the other half" in why
+    assert queue_ties(StackConfig.local(discovery="file:///shared/dir", **tie), False) == \
+        (False, None)                                         # not durable
+    assert queue_ties(StackConfig.local(discovery="file:///shared/dir"), True) == \
+        (False, None)                                         # no tie-breaker
