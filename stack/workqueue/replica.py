@@ -107,7 +107,7 @@ class Request:
     when ``done``; ``callback(request)`` runs then."""
     __slots__ = ("kind", "queue", "args", "status", "cseq", "pos", "epoch", "result",
                  "error", "callback", "want", "got", "many", "delivery", "cancelled",
-                 "deadline", "stamp")
+                 "deadline", "stamp", "refusal")
 
     def __init__(self, kind: str, queue: str, args: list,
                  callback: Optional[Callable[["Request"], None]]):
@@ -125,6 +125,7 @@ class Request:
         self.cancelled = False
         self.deadline: Optional[float] = None  # a gated call: when it gives up waiting
         self.stamp: Optional[float] = None     # a publish: its wall-clock time (TTL)
+        self.refusal: Optional[Exception] = None  # refused where applied: once confirmed
 
     @property
     def done(self) -> bool:
@@ -792,9 +793,17 @@ class Replica:
             self._dispatch(req)
             return
         if code != OK:
-            self._finish(req, error=_err(code, f"{req.kind} on {req.queue!r}"))
-            return
+            # refused by the state here, which a majority may not have confirmed (a member
+            # cut off with what only it and a minority applied): final once it is, as a
+            # result is; the epoch lost first, the outcome is unknown
+            req.refusal = _err(code, f"{req.kind} on {req.queue!r}")
+            if self.config.ack == ACK_LOCAL:
+                self._finish(req, error=req.refusal)
+                return
         req.status, req.pos = APPLIED_, pos
+        if req.refusal is not None:
+            self.undurable.append((pos, "req", req))
+            return
         if req.kind in GATED_KINDS:
             req.result = data  # purge, delete: how many messages went
         if self.config.ack == ACK_LOCAL:
@@ -906,7 +915,7 @@ class Replica:
         while u and u[0][0] <= upto:
             _, kind, x = u.popleft()
             if kind == "req":
-                self._finish(x)
+                self._finish(x, error=x.refusal)
             else:
                 name, ds = x
                 self._lq(name).undurable -= len(ds)

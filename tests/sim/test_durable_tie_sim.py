@@ -22,6 +22,10 @@ from .test_workqueue_sim import ALT, MAIN, WQ, Workload, one_view, start
 N = 4
 TIE = StackConfig.local(primary__expected_size=3, primary__tie_breaker="store",
                         discovery="memory://sim")
+JOINER = TIE.with_options(primary__bootstrap=False)
+"""The tie's half after the power cut, as member.join_config restarts a member on Ray: it
+may not start a group of its own (``expected_size`` 3 lets two members do it; the other
+half did), only join one."""
 
 
 def serving(side) -> bool:
@@ -47,6 +51,8 @@ def split(sim, h, w, drivers) -> tuple:
 
 
 @pytest.mark.seeds(30)  # more in every campaign
+@pytest.mark.regressions(16330054, 16350025, 16350029)  # the tie's half, restarted, may
+#                           start a group of its own: two primaries with one id (JOINER)
 def test_a_durable_2_2_split_and_a_power_cut_keep_the_tie_s_side(sim_seed):
     sim = Simulation(sim_seed, SimOptions(loss=0.01, reorder=0.01, delay_s=(0.0005, 0.003)),
                      buggify=True)
@@ -81,6 +87,7 @@ def test_a_durable_2_2_split_and_a_power_cut_keep_the_tie_s_side(sim_seed):
     assert not any(d.active for d in other), "the half without the tie served"
     assert all(d.replica.stats["ties_lost"] for d in other)
     for d in sim.rng.sample(tie, len(tie)):
+        d.member.config = JOINER
         d.restart()
         w.run(sim.rng.uniform(0.0, 0.3))
     w.until(lambda: one_view(drivers) and all(d.active for d in drivers), 60,

@@ -17,7 +17,7 @@ from raygroups.stack.workqueue.state import MALFORMED, QueueState
 
 from .history import History
 from .queue_history import QueueHistory
-from .test_workqueue_sim import ALT, MAIN, Workload, faults, one_view, start
+from .test_workqueue_sim import ALT, MAIN, Workload, faults, in_step, one_view, start
 
 CAP, TMP = "capped", "scratch"
 WQ = WorkQueueConfig(time_slice_s=0.05, expire_interval_s=0.25, lifecycle_wait_s=2.0)
@@ -100,6 +100,7 @@ def lifecycle_history(seed: int) -> tuple:
 
 
 @pytest.mark.seeds(5)  # more in campaigns: --sim-seeds=50
+@pytest.mark.regressions(16350262)  # a refusal answered from a state no majority confirmed
 def test_work_queue_lifecycle_history(sim_seed):
     h, drivers = lifecycle_history(sim_seed)
     h.check([d.replica for d in drivers])
@@ -144,8 +145,7 @@ def test_a_rolling_upgrade_gates_the_lifecycle(sim_seed):
     def settled():
         sim.run_until(lambda: one_view(drivers) and all(d.active for d in drivers), 30,
                       "one primary view, everyone active")
-        sim.run_for(0.5)
-        assert len({d.replica.state.digest() for d in drivers}) == 1
+        in_step(sim, drivers)
 
     assert call(lambda: drivers[0].create(MAIN)).error is None
     for i, d in enumerate(drivers):
