@@ -305,14 +305,9 @@ class WorkQueues:
 
     def _ask_ties(self) -> None:
         """The replica's even-split ties (ties.py), from the channel's discovery store."""
-        replica, store = self.replica, self.channel.runtime.store
-
-        def done(tie: str, holder) -> None:
-            if replica is self.replica and not self._closed:
-                replica.on_tie(tie, holder)
-                self._after_input()
-        for tie, half in replica.take_ties():
-            ties.ask(store, self.channel.cluster, tie, half, done)
+        replica = self.replica
+        ties.ask_all(replica, self.channel.runtime.store, self.channel.cluster,
+                     lambda: replica is self.replica and not self._closed, self._after_input)
 
     def _on_durable(self, pos: tuple) -> None:
         if self.replica is not None and not self._closed:

@@ -142,13 +142,8 @@ class SimQueues:
         """The replica's even-split ties, from the simulation's discovery store (which
         outlives every member, as a directory or a bucket does)."""
         replica, m = self.replica, self.member
-
-        def done(tie: str, holder) -> None:
-            if replica is self.replica and self._current():
-                replica.on_tie(tie, holder)
-                self._kick()
-        for tie, half in replica.take_ties():
-            ties.ask(m.store, m.cluster, tie, half, done)
+        ties.ask_all(replica, m.store, m.cluster,
+                     lambda: replica is self.replica and self._current(), self._kick)
 
     def _tick(self) -> None:
         if self._current() and self.replica.phase is not Phase.CLOSED:

@@ -29,10 +29,12 @@ all three count ``X``'s one tie. Every later list of a chain counts only more th
 as does anything a member cannot name alike: it may wait, never decide more.
 
 ``quorum``/``most_of_each`` count, ``half`` finds the half a view holds, and ``ask`` takes or
-reads a tie through a ``StoreClient`` (the drivers call it; the replica stays sans-IO).
+reads a tie through a ``StoreClient`` (the drivers call ``ask_all``; the replica stays
+sans-IO).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from typing import Callable, Iterable, Optional
@@ -48,6 +50,13 @@ def name(members: Iterable[bytes], epoch: int) -> str:
     """The store object of the tie of epoch ``epoch`` whose members are ``members`` (uids):
     the same at every member. Per epoch: the same members back in a later epoch (a split,
     its heal, another split) get a tie of their own."""
+    return _name(tuple(members), epoch)
+
+
+@functools.lru_cache(maxsize=MAX_KNOWN)
+def _name(members: tuple, epoch: int) -> str:
+    """``name``, remembered: a replica names its epoch's tie at every APPLIED until the
+    epoch is established."""
     digest = hashlib.sha256(b"".join(sorted(members)) + b"#%d" % epoch).hexdigest()
     return f"queue-{digest[:32]}{SUFFIX}"
 
@@ -98,3 +107,16 @@ def ask(store, cluster: str, tie: str, half: frozenset,
         done(tie, holder)
 
     store.put(cluster, tie, data, created, if_absent=True)
+
+
+def ask_all(replica, store, cluster: str, current: Callable[[], bool],
+            kick: Callable[[], None]) -> None:
+    """A driver's part: ``ask`` the store for every tie ``replica`` wants (``take_ties``);
+    each answer goes to ``replica.on_tie`` while ``current()`` (the driver still runs that
+    replica), then ``kick()`` sends what it produced."""
+    def done(tie: str, holder: Optional[frozenset]) -> None:
+        if current():
+            replica.on_tie(tie, holder)
+            kick()
+    for tie, half in replica.take_ties():
+        ask(store, cluster, tie, half, done)
