@@ -235,6 +235,7 @@ class Replica:
         self.need_tie: Optional[tuple] = None  # (tie name, our half): the forming epoch's
         self.tie_asks: list = []              # (tie name, half) for the driver to ask
         self.tie_failed: dict = {}            # tie name -> when the store last failed us
+        self.tie_asking: set = set()          # tie names asked, not answered yet
         if recovered is not None:
             r = recovered
             self.state, self.before = r.state, list(r.incarnations)
@@ -433,6 +434,7 @@ class Replica:
     def on_tie(self, tie: str, holder: Optional[frozenset]) -> None:
         """The store's answer to a ``take_ties`` ask: the half holding the tie, or None (it
         failed: asked again after ``tie_retry_s``)."""
+        self.tie_asking.discard(tie)
         if holder is None:
             self.stats["tie_errors"] += 1
             self.tie_failed[tie] = self.clock()
@@ -455,8 +457,9 @@ class Replica:
         ``tie_retry_s`` passed."""
         tie, half = self.need_tie
         failed = self.tie_failed.get(tie, float("-inf"))
-        if tie not in self.ties and self.clock() - failed >= self.config.tie_retry_s:
-            self.tie_failed[tie] = float("inf")  # in flight
+        if tie not in self.ties and tie not in self.tie_asking and \
+                self.clock() - failed >= self.config.tie_retry_s:
+            self.tie_asking.add(tie)
             self.tie_asks.append((tie, half))
 
     def _tie_holder(self, joint: list, base: list) -> Optional[frozenset]:
@@ -1050,8 +1053,9 @@ class Replica:
         # ours (_check_promises), and the queue is not primary here if it is not
         tie, holder = None, None
         first = joint[0] if joint else best_members
-        if self.use_ties and not arbs and first and ties.half(first, here) is not None:
+        if self.use_ties and not arbs and first:
             holder = ties.half(first, here)
+        if holder is not None:
             tie = (ties.name(first, new_base[0]), holder)
             if self.ties.get(tie[0], holder) != holder:
                 self.stats["ties_lost"] += 1
@@ -1373,11 +1377,6 @@ def _rank(p: tuple, proven: bool) -> tuple:
     return (p[0], p[1], 0, 0)
 
 
-def _most_of_each(lists: list, present) -> bool:
-    """Whether ``present`` holds more than half of every list in ``lists``."""
-    return all(2 * sum(1 for m in x if m in present) > len(x) for x in lists)
-
-
 def _proven(positions: dict) -> set:
     """The (epoch, key) of durable epochs that some announcements give as not established
     but that are: another member of the same epoch knows it is (establishment belongs to
@@ -1392,7 +1391,7 @@ def _proven(positions: dict) -> set:
             out.add((e, key))
             continue
         stands = set().union(*(set(p[3]) | {m} for m, p in same if p[7]))
-        if _most_of_each(joint, stands):
+        if ties.most_of_each(joint, stands):  # no tie: strictly more than half
             out.add((e, key))
     return out
 
