@@ -97,7 +97,8 @@ class Watch:
         too once we are leaving), or close it (False: not a watch hello, not for us, too
         many)."""
         try:
-            magic, (_watcher, target) = body[:4], msgpack.unpackb(body[4:])
+            magic, hello = body[:4], msgpack.unpackb(body[4:])
+            target = hello[1] if len(hello) == 2 else None  # [watcher uid, target uid]
         except Exception:
             magic = target = None
         if magic != WATCH or target != self.uid or not self.uid \
