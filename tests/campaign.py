@@ -84,6 +84,18 @@ def run_chunk(test: str, base: int, count: int, extra: list[str]) -> tuple:
         return test, ran, failures, cpu
 
 
+def code_root() -> Path:
+    """The checkout whose code the campaign's pytest processes import. An editable install
+    maps raygroups' packages to the checkout it was installed from, whatever the working
+    directory: a worktree sharing another checkout's venv would test that checkout's code,
+    as it stands, under this one's commit."""
+    out = subprocess.run([sys.executable, "-c", "import raygroups.stack as s; print(s.__file__)"],
+                         cwd=ROOT, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"raygroups does not import here: {out.stderr.strip()[-300:]}")
+    return Path(out.stdout.strip()).resolve().parent.parent
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("tests", nargs="*", help="test files or ids (default: tests/sim)")
@@ -101,6 +113,10 @@ def main(argv=None) -> int:
     ap.add_argument("--exclude", action="append", default=[],
                     help="leave out tests whose id starts with this (repeatable)")
     a = ap.parse_args(argv)
+    if code_root() != ROOT:
+        raise SystemExit(f"this campaign would test the code in {code_root()}, not in {ROOT}: "
+                         f"give {ROOT} a venv of its own (python3 -m venv .venv; "
+                         f".venv/bin/pip install -e '.[test,fast]')")
     tests = [t for t in collect(a.tests or ["tests/sim"], named=bool(a.tests))
              if not any(t.startswith(x) for x in a.exclude)]
     out = Path(a.out or ROOT / "campaign-results" / f"{a.base}-{a.seeds}.txt")
