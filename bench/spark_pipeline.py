@@ -19,6 +19,8 @@ one core) and a 3-member group:
   (``mapInArrow``, 2 per batch: Spark's Python path alone) through the same sink, and the
   driver-side ``read_queue`` path (``QueueSource`` + ``DedupSink``). Target: stream >= 0.5x
   the ceiling after the first micro-batch (a query runs long; its start is printed beside).
+  Beside it, the stream's CPU per job by process: the members, the executors' JVMs, the
+  Spark Python workers (the tasks), the driver (its Python and its JVM) and Ray's own.
 * crash: the 100 B pipeline (half of ``--jobs``, in micro-batches of an eighth of them) with
   one of the members it reads from killed once 40% of the jobs are accepted: jobs/s before,
   during the dip (from the kill until the first batch after it that was committed and
@@ -102,6 +104,52 @@ def _publish(q, n: int, size: int) -> set:
     return ids
 
 
+ROLES = ("members", "executors (JVM)", "Python tasks", "driver (Python + JVM)", "Ray itself",
+         "other")
+
+
+def _role(p, me: int) -> str:
+    """Who a process is, for the CPU split: a member actor, a Spark executor (RayDP's Java
+    Ray actor), a Spark Python worker, the driver (this process and its JVM), Ray's own."""
+    try:
+        cmd = " ".join(p.cmdline())
+        if p.pid == me or (p.ppid() == me and "java" in p.name()):
+            return "driver (Python + JVM)"
+    except Exception:  # noqa: BLE001 - gone meanwhile
+        return "other"
+    if "MemberActor" in cmd:
+        return "members"
+    if "java" in cmd and ("raydp" in cmd.lower() or "RayDPExecutor" in cmd):
+        return "executors (JVM)"
+    if "pyspark" in cmd:
+        return "Python tasks"
+    if any(x in cmd for x in ("raylet", "gcs_server", "ray::", "dashboard", "log_monitor")):
+        return "Ray itself"
+    return "other"
+
+
+def cpu_snapshot() -> dict:
+    """{pid: (role, CPU seconds so far)} of every process of this machine's user."""
+    import psutil
+    me, out = os.getpid(), {}
+    for p in psutil.process_iter():
+        try:
+            t = p.cpu_times()
+            out[p.pid] = (_role(p, me), t.user + t.system)
+        except Exception:  # noqa: BLE001 - gone meanwhile
+            continue
+    return out
+
+
+def cpu_split(before: dict, after: dict) -> dict:
+    """CPU seconds per role between two snapshots (a process that ended meanwhile is not
+    counted; one that began is counted whole)."""
+    out = dict.fromkeys(ROLES, 0.0)
+    for pid, (role, t) in after.items():
+        out[role] += t - before.get(pid, (role, 0.0))[1]
+    return out
+
+
 def _drain(spark, g, queue: str, n: int, work: str, per_partition: int,
            kill_at: float = None) -> dict:
     """A streaming query from the queue to the sink until ``n`` jobs are accepted."""
@@ -113,6 +161,7 @@ def _drain(spark, g, queue: str, n: int, work: str, per_partition: int,
         partitions=2, max_messages=per_partition, acquire_timeout_s=0.5))
     sink = exactly_once_sink(os.path.join(work, "out"))
     killed: dict = {}
+    cpu0 = cpu_snapshot()
     t0 = time.perf_counter()
     query = (jobs.withColumn("size", F.length("body")).writeStream.foreachBatch(sink)
              .option("checkpointLocation", os.path.join(work, "ck")).start())
@@ -130,6 +179,7 @@ def _drain(spark, g, queue: str, n: int, work: str, per_partition: int,
                 raise RuntimeError(f"the query stopped or timed out: {query.exception()}")
             time.sleep(0.05)
         elapsed = time.perf_counter() - t0
+        cpu = cpu_split(cpu0, cpu_snapshot())
     finally:
         query.stop()
         jobs.queue_stream.close(forget=True)
@@ -137,7 +187,8 @@ def _drain(spark, g, queue: str, n: int, work: str, per_partition: int,
     results = sink.batch_results()
     ends = [(r["accepted_at"], r["accepted"]) for r in results if r.get("accepted")]
     return {"s": elapsed, "jobs_per_s": n / elapsed, "rows": rows, "killed": killed,
-            "steady_jobs_per_s": _steady(ends), "results": results}
+            "steady_jobs_per_s": _steady(ends), "results": results,
+            "cpu_us_per_job": {k: v / n * 1e6 for k, v in cpu.items()}}
 
 
 def _steady(ends: list) -> float:
@@ -284,6 +335,9 @@ def bench_pipeline(spark, g, jobs: int, sizes: list, repeat: int, per_partition:
               f"{stream['jobs_per_s']:>9,.0f} jobs/s | ceiling {ceiling['jobs_per_s']:>9,.0f} "
               f"jobs/s | read_queue path {old['jobs_per_s']:>9,.0f} jobs/s "
               f"({stream['rows']:,} distinct jobs in the stream's output)")
+        split = stream["cpu_us_per_job"]
+        print(f"          the stream's CPU per job (µs, whole query; {sum(split.values()):.1f} in "
+              f"all, two cores): " + ", ".join(f"{k} {v:.1f}" for k, v in split.items()))
         print(f"          stream / ceiling: {verdict(ratio, PIPELINE_TARGET)}; with the start "
               f"{whole:.2f}x; stream / read_queue path "
               f"{stream['jobs_per_s'] / old['jobs_per_s']:.2f}x")
