@@ -17,10 +17,6 @@ def pytest_addoption(parser):
     parser.addoption("--sim-buggify", choices=("test", "on", "off"), default="test",
                      help="simulator perturbations (stack/sim_buggify.py): as each test asks "
                           "(default), on for every simulation, or off (does a failure need them?)")
-    parser.addoption("--spark-in-wheel", action="store_true",
-                     help="leave the Spark tests of the shared RayDP session out: another "
-                          "pytest of the run runs the packaging test, which runs them against "
-                          "the installed wheel (make test)")
 
 
 def pytest_generate_tests(metafunc):
@@ -45,13 +41,11 @@ SPARK_TESTS = ("tests/integration/test_spark_views.py::",
 
 
 def pytest_collection_modifyitems(config, items):
-    """A run that includes the packaging test of the ``[spark]`` extra (the whole suite), or
-    whose other stream does (``--spark-in-wheel``: ``make test``), runs the Spark tests of
-    the shared RayDP session there, once, against the installed wheel, instead of here from
-    the checkout as well (one RayDP session costs about 20 s, the tests about a minute). Run
-    on their own, they run here."""
-    if config.getoption("spark_in_wheel") or any(i.nodeid.startswith(WHEEL_SPARK)
-                                                 for i in items):
+    """A run that includes the packaging test of the ``[spark]`` extra (the whole suite)
+    runs the Spark tests of the shared RayDP session there, once, against the installed
+    wheel, instead of here from the checkout as well (one RayDP session costs about 20 s, the tests about a minute). Run on
+    their own, they run here."""
+    if any(i.nodeid.startswith(WHEEL_SPARK) for i in items):
         spark = [i for i in items if i.nodeid.startswith(SPARK_TESTS)]
         if spark:
             config.hook.pytest_deselected(items=spark)
