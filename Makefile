@@ -12,22 +12,18 @@ SEEDS ?= 1000
 JOBS ?= 2
 BUGGIFY ?= test
 
-# The unit and simulator tests take only CPU the other tests leave idle (SCHED_IDLE), or at
-# nice 10 where chrt is missing.
-IDLE := $(shell command -v chrt >/dev/null 2>&1 && echo chrt --idle 0 || echo nice -n 10)
-
 .PHONY: demo test campaign campaign-hosts
 demo: $(VENV)/.installed
 	$(PY) -m raygroups.integration.demo
 
 # The tests on real sockets, Ray, Spark and network namespaces one at a time (they share one
-# Ray and one RayDP session, and mostly wait), and beside them, on the CPU those leave idle,
-# the unit and simulator tests (CPU only); the latter's report follows the former's. Either
-# failing fails the run. PYTEST_ARGS="<files, ids or options>" runs one plain pytest instead.
+# Ray and one RayDP session, and mostly wait), and beside them, at a lower priority, the unit
+# and simulator tests (CPU only); the latter's report follows the former's. Either failing
+# fails the run. PYTEST_ARGS="<files, ids or options>" runs one plain pytest instead.
 test: $(VENV)/.installed
 ifeq ($(strip $(PYTEST_ARGS)),)
 	@log=$$(mktemp); \
-	$(IDLE) $(PY) -m pytest -q -p no:cacheprovider --durations=10 tests/unit tests/sim \
+	nice -n 10 $(PY) -m pytest -q -p no:cacheprovider --durations=10 tests/unit tests/sim \
 		> $$log 2>&1 & cpu=$$!; \
 	$(PY) -m pytest -q -p no:cacheprovider --durations=25 tests/integration; real=$$?; \
 	wait $$cpu; sims=$$?; \
