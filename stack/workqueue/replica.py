@@ -437,12 +437,10 @@ class Replica:
         self.tie_asking.discard(tie)
         if holder is None:
             self.stats["tie_errors"] += 1
-            self.tie_failed[tie] = self.clock()
+            ties.remember(self.tie_failed, tie, self.clock())
             return
         self.tie_failed.pop(tie, None)
-        self.ties[tie] = holder
-        while len(self.ties) > ties.MAX_KNOWN:
-            del self.ties[next(iter(self.ties))]
+        ties.remember(self.ties, tie, holder)
         if self.need_tie is None or self.need_tie[0] != tie or self.phase is not Phase.PROMISE:
             return
         if holder != self.need_tie[1]:

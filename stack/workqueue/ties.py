@@ -43,7 +43,16 @@ from ..discovery.store import StoreConflict
 
 SUFFIX = ".tie"
 MAX_KNOWN = 64
-"""Ties a replica remembers (the newest): a view needs one at most."""
+"""Ties a replica remembers (the newest), and store failures it remembers: a view needs one
+at most."""
+
+
+def remember(known: dict, tie: str, value) -> None:
+    """``known[tie] = value`` as the newest entry, the oldest dropped beyond ``MAX_KNOWN``."""
+    known.pop(tie, None)
+    known[tie] = value
+    while len(known) > MAX_KNOWN:
+        del known[next(iter(known))]
 
 
 def name(members: Iterable[bytes], epoch: int) -> str:

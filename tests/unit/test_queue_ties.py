@@ -80,3 +80,24 @@ def test_durable_queues_count_ties_only_from_a_store_that_outlives_the_group():
         (False, None)                                         # not durable
     assert queue_ties(StackConfig.local(discovery="file:///shared/dir"), True) == \
         (False, None)                                         # no tie-breaker
+
+
+def test_a_replica_remembers_the_newest_ties_and_store_failures_only():
+    """Every answer of the store, a tie or a failure, is one entry: a store failing every
+    epoch's tie must not grow a replica without bound."""
+    from raygroups.stack.address import Address
+    from raygroups.stack.workqueue import Replica, WorkQueueConfig
+    now = [0.0]
+    r = Replica(Address(b"a" * 16, "m0"), WorkQueueConfig(), clock=lambda: now[0], durable=True)
+    many = 3 * ties.MAX_KNOWN
+    for k in range(many):
+        now[0] = float(k)
+        r.on_tie(ties.name(L, k), None)
+    assert r.stats["tie_errors"] == many
+    assert list(r.tie_failed) == [ties.name(L, k) for k in range(many - ties.MAX_KNOWN, many)]
+    r.on_tie(ties.name(L, many - ties.MAX_KNOWN), None)       # failed again: now the newest
+    assert next(reversed(r.tie_failed)) == ties.name(L, many - ties.MAX_KNOWN)
+    for k in range(many):
+        r.on_tie(ties.name(L, k), frozenset(L[:2]))           # answered: no longer failed
+    assert len(r.ties) == ties.MAX_KNOWN and ties.name(L, many - 1) in r.ties
+    assert r.tie_failed == {}                                 # each failure was answered
