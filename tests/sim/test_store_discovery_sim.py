@@ -9,6 +9,8 @@ one file although both sides declared each other dead; a 10 s store outage mid-r
 stops the group and the file catches up; a file left by a whole group killed is removed;
 concurrent joins (and a hand edit racing them) never lose a member line; a bootstrap file
 starts members with their seeded UUIDs and no discovery round."""
+import functools
+
 import pytest
 
 from raygroups.stack import StackConfig
@@ -28,7 +30,14 @@ def config(**kw):
 
 
 def files(sim) -> dict:
-    return {n: MembersFile.parse(t, source=n) for n, t in sim.store.files(CLUSTER).items()}
+    return {n: _parse(n, t) for n, t in sim.store.files(CLUSTER).items()}
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse(name: str, text: str) -> MembersFile:
+    """A file's text parsed once: the checks read the store at every step of a run, and the
+    same few texts over and over (parsing them again took a third of these tests' time)."""
+    return MembersFile.parse(text, source=name)
 
 
 def live(members):
