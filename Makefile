@@ -18,20 +18,16 @@ demo: $(VENV)/.installed
 
 # The tests on real sockets, Ray, Spark and network namespaces in two streams, and beside
 # them, at a lower priority, the unit and simulator tests (CPU only). The first stream runs
-# the tests of the shared Ray and RayDP session and those of Ray clusters of their own. The
-# second runs the packaging test first (a fresh venv from the wheel, with Ray and RayDP
-# sessions of its own for the Spark tests, which run there rather than in the first
-# stream: tests/conftest.py), then WAITING, the tests that start no Ray and mostly wait on
-# failure detectors' timers (in network namespaces, or in processes killed and started
-# again). Alone, the integration tests keep 0.95 of 2 cores busy on average, WAITING's
-# 0.1-0.6 (measured 2026-11-28). The second stream's report and the simulator's follow
-# the first's. Any failing fails the run. PYTEST_ARGS="<files, ids or options>" runs one
-# plain pytest instead.
+# the tests of the shared Ray and RayDP session and those of Ray clusters of their own; the
+# second, WAITING, the ones that start no Ray and mostly wait on failure detectors' timers
+# (in network namespaces or in processes killed and started again). Alone, the integration
+# tests keep 0.95 of 2 cores busy on average, WAITING's 0.1 to 0.6 (measured 2026-11-28).
+# The second stream's report and the simulator's follow the first's. Any failing fails the
+# run. PYTEST_ARGS="<files, ids or options>" runs one plain pytest instead.
 WAITING := failures_real durable_kill netns fd_sock_real arbitrator_netns tie_breaker_netns \
 	not_primary workqueue channels_sockets durable_disk_full durable_queue recovery_status \
 	gossip_leave transport_frag_real cluster_yaml
-SECOND := $(foreach t,packaging $(WAITING),tests/integration/test_$(t).py)
-SPARK := $(foreach t,spark_views spark_stream,tests/integration/test_$(t).py)
+WAITING_FILES := $(foreach t,$(WAITING),tests/integration/test_$(t).py)
 
 test: $(VENV)/.installed
 ifeq ($(strip $(PYTEST_ARGS)),)
@@ -39,12 +35,11 @@ ifeq ($(strip $(PYTEST_ARGS)),)
 	nice -n 10 $(PY) -m pytest -q -p no:cacheprovider --durations=10 tests/unit tests/sim \
 		> $$sims 2>&1 & cpu=$$!; \
 	$(PY) -m pytest -q -p no:cacheprovider --durations=10 --basetemp=$$base/t \
-		$(SECOND) > $$side 2>&1 & second=$$!; \
+		$(WAITING_FILES) > $$side 2>&1 & waits=$$!; \
 	$(PY) -m pytest -q -p no:cacheprovider --durations=25 tests/integration \
-		$(foreach f,$(SECOND) $(SPARK),--ignore=$(f)); real=$$?; \
-	wait $$second; waiting=$$?; wait $$cpu; cpus=$$?; \
-	echo "== the packaging test and the integration tests that mostly wait (exit $$waiting):"; \
-	cat $$side; \
+		$(foreach f,$(WAITING_FILES),--ignore=$(f)); real=$$?; \
+	wait $$waits; waiting=$$?; wait $$cpu; cpus=$$?; \
+	echo "== the integration tests that mostly wait (exit $$waiting):"; cat $$side; \
 	echo "== the unit and simulator tests (exit $$cpus):"; cat $$sims; \
 	rm -rf $$sims $$side $$base; \
 	test $$real -eq 0 && test $$waiting -eq 0 && test $$cpus -eq 0
