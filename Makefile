@@ -17,24 +17,17 @@ demo: $(VENV)/.installed
 	$(PY) -m raygroups.integration.demo
 
 # The tests on real sockets, Ray, Spark and network namespaces in two streams, and beside
-# them, at a lower priority, the unit and simulator tests (CPU only). Two tests that each keep
-# more than a core busy never meet: the first stream runs the tests of the shared Ray and
-# RayDP session and of Ray clusters of their own, its HEAVY ones last; the second runs the
-# HOSTS (Ray on hosts in network namespaces, each with its own /tmp/ray and PIDs), then the
-# WAITING ones, which start no Ray and mostly wait on failure detectors' timers (in network
-# namespaces or in processes killed and started again). Busy cores measured 2026-11-28:
-# HOSTS and HEAVY 1.15 to 1.4 each, WAITING 0.1 to 0.6, the first stream 0.95 on average.
+# them, at a lower priority, the unit and simulator tests (CPU only). The first stream runs
+# the tests of the shared Ray and RayDP session and those of Ray clusters of their own; the
+# second, WAITING, the ones that start no Ray and mostly wait on failure detectors' timers
+# (in network namespaces or in processes killed and started again). Alone, the integration
+# tests keep 0.95 of 2 cores busy on average, WAITING's 0.1 to 0.6 (measured 2026-11-28).
 # The second stream's report and the simulator's follow the first's. Any failing fails the
 # run. PYTEST_ARGS="<files, ids or options>" runs one plain pytest instead.
-HOSTS := host_campaign ray_up_hosts
 WAITING := failures_real durable_kill netns fd_sock_real arbitrator_netns tie_breaker_netns \
 	not_primary workqueue channels_sockets durable_disk_full durable_queue recovery_status \
 	gossip_leave transport_frag_real cluster_yaml
-HEAVY := spark_session packaging spark_stream_nodes
-files = $(foreach t,$(1),tests/integration/test_$(t).py)
-SECOND := $(call files,$(HOSTS) $(WAITING))
-FIRST := $(filter-out $(SECOND) $(call files,$(HEAVY)),$(sort $(wildcard \
-	tests/integration/test_*.py))) $(call files,$(HEAVY))
+WAITING_FILES := $(foreach t,$(WAITING),tests/integration/test_$(t).py)
 
 test: $(VENV)/.installed
 ifeq ($(strip $(PYTEST_ARGS)),)
@@ -42,10 +35,11 @@ ifeq ($(strip $(PYTEST_ARGS)),)
 	nice -n 10 $(PY) -m pytest -q -p no:cacheprovider --durations=10 tests/unit tests/sim \
 		> $$sims 2>&1 & cpu=$$!; \
 	$(PY) -m pytest -q -p no:cacheprovider --durations=10 --basetemp=$$base/t \
-		$(SECOND) > $$side 2>&1 & waits=$$!; \
-	$(PY) -m pytest -q -p no:cacheprovider --durations=25 $(FIRST); real=$$?; \
+		$(WAITING_FILES) > $$side 2>&1 & waits=$$!; \
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 tests/integration \
+		$(foreach f,$(WAITING_FILES),--ignore=$(f)); real=$$?; \
 	wait $$waits; waiting=$$?; wait $$cpu; cpus=$$?; \
-	echo "== the integration tests on hosts and those that mostly wait (exit $$waiting):"; cat $$side; \
+	echo "== the integration tests that mostly wait (exit $$waiting):"; cat $$side; \
 	echo "== the unit and simulator tests (exit $$cpus):"; cat $$sims; \
 	rm -rf $$sims $$side $$base; \
 	test $$real -eq 0 && test $$waiting -eq 0 && test $$cpus -eq 0
