@@ -82,9 +82,6 @@ class _Timer:
         self.cancelled = True
 
 
-_UNCANCELLED = _Timer()  # the handle of every packet arrival: nobody cancels one
-
-
 class _WatchConn:
     """A simulated FD_SOCK watch connection (``SimWatch.open``): TCP between two members,
     so no loss; it closes when its target's process ends."""
@@ -297,7 +294,7 @@ class Simulation:
         """Run the next event. False when nothing is left."""
         while self.queue:
             when, _, fn, t, owner = heapq.heappop(self.queue)
-            if t.cancelled:
+            if fn is not None and t.cancelled:
                 continue
             if owner is not None and owner.stalled_until > when:
                 # a stalled member: everything of its runs at the stall's end, in order
@@ -305,7 +302,11 @@ class Simulation:
                 heapq.heappush(self.queue, (owner.stalled_until, self.seq, fn, t, owner))
                 continue
             self.now = when
-            fn()
+            if fn is None:  # a packet's arrival at ``owner``: t = (incarnation, data, src)
+                if owner.alive and owner.incarnation == t[0]:
+                    owner.stack.receive(t[1], t[2])
+            else:
+                fn()
             return True
         return False
 
@@ -340,6 +341,8 @@ class Simulation:
             m = self.by_phys.get(tuple(dest))
             targets = [m] if m is not None and m.alive else []
         opt, rng, bug, now = self.options, self.rng, self.buggify, self.now
+        lo, hi = opt.delay_s
+        span = hi - lo  # (lo + span * random(): what rng.uniform(lo, hi) draws, inline)
         for t in targets:
             self.packets += 1
             if (self.groups is not None and self.groups.get(src) != self.groups.get(t)) or \
@@ -354,23 +357,16 @@ class Simulation:
                 continue
             copies = 2 if opt.duplicate and rng.random() < opt.duplicate else 1
             for _ in range(copies):
-                delay = rng.uniform(*opt.delay_s)
+                delay = lo + span * rng.random()
                 if opt.reorder and rng.random() < opt.reorder:
                     delay += rng.uniform(0, opt.reorder_delay_s)
                 if bug is not None:
                     delay += bug.packet_delay(src, now)
-                # (as _schedule, without a handle of its own)
+                # (as _schedule, without a handle or a closure: ``step`` delivers it, and
+                # nobody cancels an arrival)
                 self.seq += 1
-                heapq.heappush(self.queue, (now + max(delay, 0.0), self.seq,
-                                            self._arrival(t, t.incarnation, data, src.local_phys),
-                                            _UNCANCELLED, t))
-
-    @staticmethod
-    def _arrival(target: SimMember, incarnation: int, data: bytes, src: tuple):
-        def arrive() -> None:
-            if target.alive and target.incarnation == incarnation:
-                target.stack.receive(data, src)
-        return arrive
+                heapq.heappush(self.queue, (now + max(delay, 0.0), self.seq, None,
+                                            (t.incarnation, data, src.local_phys), t))
 
     # faults -----------------------------------------------------------------------------
     def partition(self, *groups: Iterable[SimMember]) -> None:
