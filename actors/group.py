@@ -110,6 +110,19 @@ def _sets_expected_size(config: Optional[StackConfig], options: Optional[dict]) 
     return config is not None and config.primary.expected_size != PrimaryConfig.expected_size
 
 
+def expected_size_warning(expected: int, launched: int) -> Optional[str]:
+    """The warning for a first primary component that fewer than a majority of the members
+    launched may start (``primary__expected_size`` set low by hand): two disjoint parts of
+    the group, cut off from each other at their first start, could each start one (MySQL
+    Group Replication's bootstrap done twice). None when it takes a majority."""
+    if 2 * expected > launched:
+        return None
+    return (f"primary__expected_size={expected} with {launched} members launched: two parts "
+            f"of the group cut off from each other at their first start could each start a "
+            f"primary component of its own (a majority is {launched // 2 + 1}; unset, it is "
+            f"all {launched})")
+
+
 def _say(progress: Optional[Callable[[str], None]], text: str) -> None:
     if progress is not None:
         progress(text)
@@ -171,7 +184,9 @@ class Group:
         ``this_node``: only this node's members (each node's start command in cluster.yaml).
         ``transport``/``preset``/``discovery``/``config``/``stack_options``: the stack
         (``placement.stack_config``); default: static discovery of every member's address,
-        the ``local`` preset on loopback and ``lan`` elsewhere. ``port``: member k of a node
+        the ``local`` preset on loopback and ``lan`` elsewhere; the first primary component
+        needs a majority of the members launched (``primary__expected_size``: set below a
+        majority, the launch warns). ``port``: member k of a node
         listens on ``port + k`` (default 7800; on loopback: free ports). The HTTP API
         (``http``): on ``http_port + k`` (0: any free port), on 127.0.0.1 unless ``http_host``
         asks for "node" (the node's address) or another address; ``token``: of its guarded
@@ -339,6 +354,13 @@ class Group:
             # which must not be primary beside the real one (the campaign across hosts found
             # two primaries with id 1 that way)
             stack_options = {"primary__expected_size": len(every), **(stack_options or {})}
+        elif not existing:
+            expected = (stack_options or {}).get(
+                "primary__expected_size", config.primary.expected_size if config else 1)
+            text = expected_size_warning(int(expected), len(every))
+            if text is not None:
+                log.warning(text)
+                _say(progress, text)
         if existing and membership != "gossip":
             # members launched into a running group join it; they never start a first
             # primary component of their own (MySQL Group Replication bootstraps once)

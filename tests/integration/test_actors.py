@@ -447,3 +447,18 @@ def test_ray_restart_rejoins_with_a_new_uuid(group):
     wait_until(lambda: group.info(victim.name)["uuid"] is not None, "its uuid", WAIT_S)
     info = group.info(victim.name)
     assert info["uuid"] == back.uuid_hex and info["restarts"] >= 1
+
+
+def test_a_first_primary_that_a_minority_may_start_is_warned_of_at_launch(ray_session):
+    """``primary__expected_size`` set by hand below a majority of the members launched: the
+    launch says, through ``progress`` (one line, as the CLI prints it) and the log, that two
+    parts of the group could each start a primary component; the group still forms."""
+    said: list = []
+    g = Group.launch(f"t-expected-{os.getpid()}", members=3, timeout=WAIT_S,
+                     stack_options={"primary__expected_size": 1}, progress=said.append)
+    try:
+        assert len(g.view().members) == 3
+        warned = [s for s in said if "primary__expected_size=1 with 3 members" in s]
+        assert len(warned) == 1 and "\n" not in warned[0], said
+    finally:
+        g.shutdown()
