@@ -48,7 +48,7 @@ ifeq ($(strip $(PYTEST_ARGS)),)
 		$(SECOND) > $$side 2>&1 & waits=$$!; \
 	$(PY) -m pytest -q -p no:cacheprovider --durations=25 $(FIRST); real=$$?; \
 	wait $$waits; waiting=$$?; wait $$cpu; cpus=$$?; \
-	echo "== the integration tests that mostly wait, and ray up on hosts (exit $$waiting):"; cat $$side; \
+	echo "== the tests that mostly wait, and ray up on hosts (exit $$waiting):"; cat $$side; \
 	echo "== the unit and simulator tests (exit $$cpus):"; cat $$sims; \
 	rm -rf $$sims $$side $$base; \
 	test $$real -eq 0 && test $$waiting -eq 0 && test $$cpus -eq 0

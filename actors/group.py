@@ -357,7 +357,8 @@ class Group:
         elif not existing:
             expected = (stack_options or {}).get(
                 "primary__expected_size", config.primary.expected_size if config else 1)
-            text = expected_size_warning(int(expected), len(every))
+            # (a value that is no int: the stack's configuration refuses it, with its error)
+            text = expected_size_warning(expected, len(every)) if type(expected) is int else None
             if text is not None:
                 log.warning(text)
                 _say(progress, text)
