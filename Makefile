@@ -20,11 +20,11 @@ demo: $(VENV)/.installed
 # them, at a lower priority, the unit and simulator tests (CPU only). Two tests that each keep
 # more than a core busy (HEAVY: 1.15 to 1.4 cores, measured 2026-11-28) never run at once.
 # The first stream runs the tests of the shared Ray and RayDP session and of Ray clusters of
-# their own, in file order, its HEAVY ones last (from about 480 s on). The second runs the
+# their own, in file order, its HEAVY ones last (from about 500 s on). The second runs the
 # tests that start no Ray and mostly wait on failure detectors' timers (in network namespaces
 # or in processes killed and started again: 0.1 to 0.6 cores), with `ray up` on hosts in
 # namespaces (HEAVY, its own /tmp/ray and PIDs per host) between their two halves, from
-# about 150 s to 360 s: while the first stream runs its lighter tests. Beside the start of
+# about 150 s to 400 s: while the first stream runs its lighter tests. Beside the start of
 # the first stream (its Ray session, a group's launch) only light tests run: with a HEAVY
 # test there, a group of test_actors lost a member to a false suspicion (load 7).
 # The second stream's report and the simulator's follow the first's. Any failing fails the

@@ -357,7 +357,7 @@ class Group:
         elif not existing:
             expected = (stack_options or {}).get(
                 "primary__expected_size", config.primary.expected_size if config else 1)
-            # (a value that is no int: the stack's configuration refuses it, with its error)
+            # (a value that is no int gets no warning: the warning compares sizes)
             text = expected_size_warning(expected, len(every)) if type(expected) is int else None
             if text is not None:
                 log.warning(text)
