@@ -42,6 +42,14 @@ def drain(g, got: dict) -> None:
             got[n] += [m["payload"] for m in msgs]
 
 
+def seen(g) -> dict:
+    """What each member saw, for a failure message: the views it installed (ids), its last
+    suspicions and its drop counters."""
+    return {p["name"]: {"views": [v["view_id"] for v in g.view_history(member=p["name"])],
+                        "suspicions": p.get("suspicions", [])[-4:],
+                        "dropped": p.get("dropped")} for p in g.probe()}
+
+
 def joins_with(g, key: bytes) -> list:
     """The view a raw channel holding ``key`` ends up in (its members' names)."""
     hosts = [(m["address"].rsplit(":", 1)[0], int(m["address"].rsplit(":", 1)[1]))
@@ -92,7 +100,8 @@ def test_a_rotation_under_traffic_loses_nothing_and_changes_no_view(group):
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and any(len(v) < len(sent) for v in got.values()):
         drain(group, got)
-    assert all(v == sent for v in got.values()), {n: len(v) for n, v in got.items()}
+    assert all(v == sent for v in got.values()), (
+        {n: len(v) for n, v in got.items()}, len(sent), seen(group))
     assert len(sent) >= 40, f"traffic flowed before and after it ({during} during it)"
     assert group.view().view_id == view.view_id, "no view change"
     new = keys_of(group)
