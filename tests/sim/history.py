@@ -225,6 +225,33 @@ class History:
                         k not in set(got.get(sender, ())):
                     self.fail(f"{m.name} never delivered message {k} of {_short(sender)}")
 
+    def check_last_view(self, members, since: int) -> None:
+        """``members`` are all in one view now, quiet for a while: each delivered the same
+        messages in it, among them every message sent from ``self.sent[since]`` on (sent
+        in it). No view change is left to excuse a member that stopped delivering."""
+        final, sets = None, {}
+        for m in members:
+            got, vid = set(), None
+            for ev in m.events:
+                if isinstance(ev, ViewChange):
+                    vid, got = _vid(ev.view), set()
+                elif isinstance(ev, Message):
+                    got.add(_parse(ev.payload))
+            vid = vid and f"{_short(vid[0])}:{vid[1]}"
+            if final is not None and vid != final:
+                self.fail(f"{m.name} is in view {vid}, not {final}")
+            final, sets[m.name] = vid, got
+        first = members[0].name
+        for name, got in sets.items():
+            if got != sets[first]:
+                diff = [(_short(s), k) for s, k in sorted(got ^ sets[first])[:3]]
+                self.fail(f"{name} and {first} delivered different messages in the last "
+                          f"view {final}: {len(got ^ sets[first])}, e.g. {diff}")
+        missing = {(s, k) for s, k, _ in self.sent[since:]} - sets[first]
+        if missing:
+            self.fail(f"{len(missing)} messages sent in the last view {final} were not "
+                      f"delivered, e.g. {[(_short(s), k) for s, k in sorted(missing)[:3]]}")
+
     def check_virtual_synchrony(self) -> None:
         """Members that move together from view V to view V' (as members of V') delivered
         the same messages while in V."""
