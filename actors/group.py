@@ -243,7 +243,8 @@ class Group:
         and its queue calls raise QueueDiskError. ``journal_dir`` needs ``durable``.
         Raises JoinTimeout when the members do not agree within ``timeout`` s, and
         JoinRejected (after removing the refused members it started) when the group refuses
-        their settings (``GmsConfig.agreed``: ``stack_options={"gms__agreed": {...}}``)."""
+        their settings (``GmsConfig.agreed``: ``stack_options={"gms__agreed": {...}}``);
+        ConfigError, before anything is made, for settings no stack can run with."""
         if bootstrap is not None and (follow_nodes or members is not None or this_node):
             raise ValueError("a bootstrap file names every member: not with follow_nodes, "
                              "members= or this_node")
@@ -269,6 +270,9 @@ class Group:
         if durable and membership == "gossip":
             raise ValueError("durable=True is for the work queue: gossip membership has none")
         journaled = durable_extra(journal_dir) if durable else {}
+        # settings no stack can run with are refused (ConfigError) before anything is made
+        stack_config("127.0.0.1", 0, [], preset=preset, transport=transport,
+                     discovery=discovery, config=config, options=stack_options)
         if not ray.is_initialized():
             ray.init()
         stored = _stored_ring(namespace, cluster)
@@ -357,8 +361,7 @@ class Group:
         elif not existing:
             expected = (stack_options or {}).get(
                 "primary__expected_size", config.primary.expected_size if config else 1)
-            # (a value that is no int gets no warning: the warning compares sizes)
-            text = expected_size_warning(expected, len(every)) if type(expected) is int else None
+            text = expected_size_warning(expected, len(every))
             if text is not None:
                 log.warning(text)
                 _say(progress, text)

@@ -186,8 +186,13 @@ class StackConfig:
         return cfg
 
     def check_primary(self) -> None:
-        """``primary.tie_breaker`` is known, and "store" has a store to take leases in
+        """``primary.expected_size`` is a whole number of members (at least 1),
+        ``primary.tie_breaker`` is known, and "store" has a store to take leases in
         (ConfigError otherwise)."""
+        es = self.primary.expected_size
+        if type(es) is not int or es < 1:
+            raise ConfigError(f"primary.expected_size is a number of members (an int, at least "
+                              f"1), not {es!r}")
         tb = self.primary.tie_breaker
         if tb not in TIE_BREAKERS:
             raise ConfigError(f"primary.tie_breaker is one of {TIE_BREAKERS}, not {tb!r}")

@@ -23,7 +23,8 @@ pytest_plugins = ["tests.ray_fixtures"]
 
 from raygroups.actors import (Group, GroupClosed, JoinRejected, NoSuchGroup,  # noqa: E402
                               NotMember)
-from raygroups.stack import RaygroupsError, View  # noqa: E402
+from raygroups.actors.group_key import read_ring  # noqa: E402
+from raygroups.stack import ConfigError, RaygroupsError, View  # noqa: E402
 
 from ..aio import wait_until  # noqa: E402
 
@@ -254,6 +255,18 @@ def test_a_member_with_other_agreed_settings_is_refused_and_removed(group):
                      stack_options={"gms__agreed": {"app.schema": 2}})
     assert sorted(group.member_names()) == sorted(m.name for m in before.members)
     assert group.view().view_id == before.view_id
+
+
+def test_a_launch_with_settings_no_stack_runs_is_refused_before_anything_is_made(group):
+    """A bad stack option is a typed error (ConfigError) at once: no member actor, and no key
+    ring left in Ray's KV for a group that never ran."""
+    name = f"bad-settings-{os.getpid()}"
+    with pytest.raises(ConfigError, match="expected_size is a number of members"):
+        Group.launch(name, members=2, timeout=WAIT_S,
+                     stack_options={"primary__expected_size": "abc"})
+    assert name not in Group.list_groups()
+    left = read_ring(group.namespace, name) is not None  # (a bool: no key in a failure)
+    assert not left, "a key ring was left in Ray's KV"
 
 
 def test_attach_from_a_second_driver(group, ray_session):

@@ -20,6 +20,10 @@ def _parse(payload: bytes) -> tuple:
     return payload[:16] + payload[20:], int.from_bytes(payload[16:20], "big")
 
 
+def _vname(vid) -> str:
+    return vid and f"{_short(vid[0])}:{vid[1]}"
+
+
 def _short(stream: bytes) -> str:
     """A sender's stream for messages: its uid's significant hex digits (+ O if ordered)."""
     return stream[:16].hex().lstrip("0")[:8] + stream[16:].decode()
@@ -48,6 +52,7 @@ class History:
         """The group runs ``primary.tie_breaker="store"``: a primary component may hold
         exactly half of the one before it (it won that one's lease)."""
         self.sent = []          # (sender_uid, k, frozenset(view member uids at send time))
+        self.sent_in = []       # the sender's view id at send time, for each of ``sent``
         self.counters = defaultdict(int)
         self.primary_at_send = []
         self.asked_to_leave = set()  # member names
@@ -83,6 +88,7 @@ class History:
         self.counters[stream] += 1
         k = self.counters[stream]
         self.sent.append((stream, k, frozenset(a.uid for a in m.view.members)))
+        self.sent_in.append(_vid(m.view))
         self.primary_at_send.append(m.view.primary)
         m.send(m.address.uid + k.to_bytes(4, "big") + stream[16:], ordered=ordered)
 
@@ -225,10 +231,10 @@ class History:
                         k not in set(got.get(sender, ())):
                     self.fail(f"{m.name} never delivered message {k} of {_short(sender)}")
 
-    def check_last_view(self, members, since: int) -> None:
+    def check_last_view(self, members) -> None:
         """``members`` are all in one view now, quiet for a while: each delivered the same
-        messages in it, among them every message sent from ``self.sent[since]`` on (sent
-        in it). No view change is left to excuse a member that stopped delivering."""
+        messages in it, among them every message sent in it. No view change is left to
+        excuse a member that stopped delivering."""
         final, sets = None, {}
         for m in members:
             got, vid = set(), None
@@ -237,20 +243,20 @@ class History:
                     vid, got = _vid(ev.view), set()
                 elif isinstance(ev, Message):
                     got.add(_parse(ev.payload))
-            vid = vid and f"{_short(vid[0])}:{vid[1]}"
             if final is not None and vid != final:
-                self.fail(f"{m.name} is in view {vid}, not {final}")
+                self.fail(f"{m.name} is in view {_vname(vid)}, not {_vname(final)}")
             final, sets[m.name] = vid, got
         first = members[0].name
         for name, got in sets.items():
             if got != sets[first]:
                 diff = [(_short(s), k) for s, k in sorted(got ^ sets[first])[:3]]
                 self.fail(f"{name} and {first} delivered different messages in the last "
-                          f"view {final}: {len(got ^ sets[first])}, e.g. {diff}")
-        missing = {(s, k) for s, k, _ in self.sent[since:]} - sets[first]
+                          f"view {_vname(final)}: {len(got ^ sets[first])}, e.g. {diff}")
+        missing = {(s, k) for (s, k, _), vid in zip(self.sent, self.sent_in)
+                   if vid == final} - sets[first]
         if missing:
-            self.fail(f"{len(missing)} messages sent in the last view {final} were not "
-                      f"delivered, e.g. {[(_short(s), k) for s, k in sorted(missing)[:3]]}")
+            self.fail(f"{len(missing)} messages sent in the last view {_vname(final)} were "
+                      f"not delivered, e.g. {[(_short(s), k) for s, k in sorted(missing)[:3]]}")
 
     def check_virtual_synchrony(self) -> None:
         """Members that move together from view V to view V' (as members of V') delivered

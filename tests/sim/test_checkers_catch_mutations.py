@@ -74,7 +74,7 @@ CHECKS = {  # checker -> (with faults?, how it runs)
     "primary lineage": (True, lambda h, ms: h.check_primary_lineage()),
     "fifo": (False, lambda h, ms: h.check_fifo()),
     "no loss": (False, lambda h, ms: h.check_no_loss(ms)),
-    "last view": (False, lambda h, ms: h.check_last_view(ms, 0)),
+    "last view": (False, lambda h, ms: h.check_last_view(ms)),
     "errors": (True, lambda h, ms: h.check_errors()),
 }
 

@@ -491,3 +491,11 @@ def test_the_tie_breaker_needs_a_store_and_a_known_value():
         StackConfig.lan(primary__tie_breaker="coin")
     cfg = StackConfig.lan(primary__tie_breaker="store", discovery="file:///tmp/x")
     assert cfg.agreed()["primary.tie_breaker"] == "store"
+
+
+@pytest.mark.parametrize("bad", ["abc", "3", 0, -1, 2.5, True, None])
+def test_expected_size_is_a_number_of_members(bad):
+    with pytest.raises(ConfigError, match="expected_size is a number of members") as e:
+        StackConfig.local(primary__expected_size=bad)
+    assert repr(bad) in str(e.value)
+    assert StackConfig.local(primary__expected_size=3).primary.expected_size == 3
