@@ -24,7 +24,7 @@ def traffic(sim, h, members, seconds):
         sim.run_for(0.02)
 
 
-@pytest.mark.seeds(100)
+@pytest.mark.seeds(60)
 def test_long_stalls_under_traffic(sim_seed):
     sim = Simulation(sim_seed, SimOptions(loss=0.02, reorder=0.05, delay_s=(0.0005, 0.003)),
                      buggify=True)
