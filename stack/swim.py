@@ -136,6 +136,11 @@ _NO_CONFIRM = frozenset()  # shared by every unsuspected node (an empty set each
 _sent, _left = itemgetter(2), itemgetter(1)  # of a queue entry
 
 
+def _later(floor: Optional[tuple], inc: int, ctime: float) -> tuple:
+    """(incarnation, creation time): the higher of each, of ``floor`` and the one given."""
+    return (inc, ctime) if floor is None else (max(floor[0], inc), max(floor[1], ctime))
+
+
 class Swim(Layer):
     name = "swim"
     header_id = 7
@@ -154,6 +159,10 @@ class Swim(Layer):
         self.queue: dict = {}  # rumor key -> [rumor, rounds left, sent this round, rounds unsent]
         self.seen: OrderedDict = OrderedDict()  # rumor key -> its creation time
         self.doubted: set = set()  # uids with a SUSPECT or REMOVE in ``seen`` (or once had)
+        # views mode: uid -> (incarnation, creation time) of the newest suspicion or removal
+        # of a member a view took back, forgotten then (``_fresh``): copies still in flight
+        # are stale, not news (``_apply``)
+        self.stale: OrderedDict = OrderedDict()
         self.log = RumorLog(config.rumor_cache)
         self.tombstones: OrderedDict = OrderedDict()  # addr -> (incarnation, left)
         self.dead = DeadMembers(config.reconnect_max, config.reconnect_for_s)
@@ -415,7 +424,13 @@ class Swim(Layer):
             raise ValueError("rumor creation time")
         addr = self.ctx.book.get(uid)
         uid = addr.uid  # the interned bytes: cached keys keep no copy from each packet
-        key = (kind, uid, inc, extra if kind == SUSPECT or kind == REMOVE else None)
+        doubt = kind == SUSPECT or kind == REMOVE
+        if doubt and not own and uid in self.stale:
+            floor_inc, floor_ctime = self.stale[uid]
+            if inc <= floor_inc and ctime <= floor_ctime:
+                self.stats["stale_doubts_dropped"] += 1
+                return
+        key = (kind, uid, inc, extra if doubt else None)
         first = self.seen.get(key)
         if first is not None:
             if ctime < first:  # the same rumor, also made earlier (by another member)
@@ -434,7 +449,7 @@ class Swim(Layer):
                 return
         else:
             self.seen[key] = ctime
-            if kind == SUSPECT or kind == REMOVE:
+            if doubt:
                 self.doubted.add(uid)
             if len(self.seen) > self.config.rumor_cache:
                 self.seen.popitem(last=False)
@@ -843,7 +858,13 @@ class Swim(Layer):
         lists that was not ours (excluded earlier, back by a merge at the same incarnation):
         its suspicions and removals are forgotten, or the confirmations of its next hang
         would be taken for the old ones and never shorten the suspicion (its refutations
-        stay: one heard before the view listed it still answers a suspicion)."""
+        stay: one heard before the view listed it still answers a suspicion). Copies of the
+        forgotten ones still travel (other members' queues, in packets): those, and any
+        other made before it was taken back, are stale from then on, not news that would
+        suspect or exclude the member again (``stale``; seeds 100911 and 202585 of the
+        stall campaign: forgotten, re-learnt from a peer and spread again, a removal
+        bounced between members for seconds after the merge until it excluded the member
+        again)."""
         if n is None:
             if addr.uid in self.doubted:
                 self._forget(addr.uid, (SUSPECT, REMOVE))
@@ -854,12 +875,25 @@ class Swim(Layer):
         return n
 
     def _forget(self, uid: bytes, kinds: tuple) -> None:
-        """Forget the rumors of ``kinds`` about ``uid``: seen, and queued to spread."""
+        """Forget the rumors of ``kinds`` about ``uid``: seen, and queued to spread. When
+        suspicions or removals were among them, any made before now (ours, or the newest
+        forgotten, whichever is later: one copy may carry a later creation time than the
+        one seen first, or come from a clock ahead of ours) is stale from now on."""
+        newest = None  # (incarnation, creation time) of the newest doubt forgotten
         for key in [k for k in self.seen if k[1] == uid and k[0] in kinds]:
-            del self.seen[key]
+            ctime = self.seen.pop(key)
+            if key[0] == SUSPECT or key[0] == REMOVE:
+                newest = _later(newest, key[2], ctime)
         for key in [k for k in self.queue if k[1] == uid and k[0] in kinds]:
-            del self.queue[key]
+            rumor = self.queue.pop(key)[0]
+            if key[0] == SUSPECT or key[0] == REMOVE:
+                newest = _later(newest, key[2], rumor[5])
         self.doubted.discard(uid)
+        if newest is not None and uid != self.ctx.local.uid:  # (ours we answer: ``_deny``)
+            self.stale[uid] = _later(self.stale.pop(uid, None), *_later(newest, 0,
+                                                                         self.ctx.wall()))
+            if len(self.stale) > self.config.rumor_cache:
+                self.stale.popitem(last=False)
 
     # -- events -------------------------------------------------------------------------
     def down_event(self, ev: Any) -> Any:

@@ -1,7 +1,7 @@
 """SWIM (stack/swim.py) in a sandwich: refutation of suspicions about the local member."""
-from raygroups.stack.events import GetPhysical, Suspect, Unsuspect, ViewInstalled
+from raygroups.stack.events import GetPhysical, MemberDead, Suspect, Unsuspect, ViewInstalled
 from raygroups.stack.message import CONTROL, Message
-from raygroups.stack.swim import ALIVE, RUMORS, SUSPECT, Swim, SwimConfig
+from raygroups.stack.swim import ALIVE, REMOVE, RUMORS, SUSPECT, Swim, SwimConfig
 from raygroups.stack.view import View, ViewId
 
 from .sandwich import Sandwich
@@ -84,6 +84,28 @@ def test_a_member_back_at_the_same_incarnation_has_its_next_suspicions_counted_a
     s.down_event(ViewInstalled(View(ViewId(s.local, 2), (s.local, a, b))))      # excluded
     s.down_event(ViewInstalled(View(ViewId(s.local, 3), (s.local, a, b, c))))   # merged back
     assert s.layer.nodes[c].inc == 0
+    s.advance(1.0)  # the next hang: its rumors are made later
     rumors_from(s, a, (SUSPECT, c.uid, 0, a.uid, 3), (SUSPECT, c.uid, 0, b.uid, 3))
     assert len(s.above.events_of(Suspect)) == 2
     assert s.layer.nodes[c].confirm == {a.uid, b.uid}
+
+
+def test_copies_of_a_merged_members_old_suspicions_and_removal_are_stale():
+    """c hung, was suspected and removed, excluded, then merged back at the same incarnation.
+    Copies of those rumors still travel (peers' queues): arriving after the merge, they
+    are stale, dropped and counted, never a new suspicion, let alone a second exclusion of a
+    live member (the stall campaign's seed 100911: re-learnt and spread again, a removal
+    went round for 4 s after the merge and excluded the member again)."""
+    s, (a, b, c) = swim_in_view(("a", "b", "c"))
+    old = [[SUSPECT, c.uid, 0, a.uid, 3, s.host.wall()], [REMOVE, c.uid, 0, None, 3,
+                                                           s.host.wall()]]
+    s.up(Message(s.local, b"", CONTROL, {7: [RUMORS, 0, old]}, sender=a))
+    assert s.above.events_of(MemberDead) == [MemberDead(c, "swim")]
+    s.down_event(ViewInstalled(View(ViewId(s.local, 2), (s.local, a, b))))      # excluded
+    s.down_event(ViewInstalled(View(ViewId(s.local, 3), (s.local, a, b, c))))   # merged back
+    s.advance(1.0)
+    s.up(Message(s.local, b"", CONTROL, {7: [RUMORS, 0, old]}, sender=b))       # the copies
+    assert len(s.above.events_of(MemberDead)) == 1 and len(s.above.events_of(Suspect)) == 1
+    assert s.layer.stats["stale_doubts_dropped"] == 2 and s.layer.nodes[c].state == 0
+    rumors_from(s, b, (SUSPECT, c.uid, 0, b.uid, 3))   # a new hang, made now: counts
+    assert len(s.above.events_of(Suspect)) == 2
