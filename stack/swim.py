@@ -159,9 +159,9 @@ class Swim(Layer):
         self.queue: dict = {}  # rumor key -> [rumor, rounds left, sent this round, rounds unsent]
         self.seen: OrderedDict = OrderedDict()  # rumor key -> its creation time
         self.doubted: set = set()  # uids with a SUSPECT or REMOVE in ``seen`` (or once had)
-        # views mode: uid -> (incarnation, creation time) of the newest suspicion or removal
-        # of a member a view took back, forgotten then (``_fresh``): copies still in flight
-        # are stale, not news (``_apply``)
+        # views mode: uid -> (incarnation, creation time): the suspicions and removals of a
+        # member a view took back were forgotten then (``_fresh``); any made no later, at no
+        # higher incarnation, is stale, not news (``_apply``)
         self.stale: OrderedDict = OrderedDict()
         self.log = RumorLog(config.rumor_cache)
         self.tombstones: OrderedDict = OrderedDict()  # addr -> (incarnation, left)
@@ -890,8 +890,8 @@ class Swim(Layer):
                 newest = _later(newest, key[2], rumor[5])
         self.doubted.discard(uid)
         if newest is not None and uid != self.ctx.local.uid:  # (ours we answer: ``_deny``)
-            self.stale[uid] = _later(self.stale.pop(uid, None), *_later(newest, 0,
-                                                                         self.ctx.wall()))
+            self.stale[uid] = _later(self.stale.pop(uid, None), newest[0],
+                                     max(newest[1], self.ctx.wall()))
             if len(self.stale) > self.config.rumor_cache:
                 self.stale.popitem(last=False)
 
