@@ -51,6 +51,13 @@ class Freeze:
 
 
 @dataclass
+class Thaw:
+    """The flush of view ``view_id`` ended without a view (FLUSH_RESUME): deliver again from
+    the members its Freeze stopped. A freeze of another flush stays."""
+    view_id: Any = None
+
+
+@dataclass
 class MergeDigest:
     """Windows for the members of other subgroups, before a MergeView is installed; the
     members in ``others`` (not of our subgroup) start at their digest even if we had a

@@ -23,7 +23,7 @@ from typing import Any
 import msgpack
 
 from .errors import RaygroupsError
-from .events import (Catchup, Freeze, GetDigest, MergeDigest, SetDigest, Stability,
+from .events import (Catchup, Freeze, GetDigest, MergeDigest, SetDigest, Stability, Thaw,
                      ViewInstalled, Writable)
 from .layer import Layer, MALFORMED
 from .message import CONTROL, INTERNAL, NO_RELIABILITY, Message
@@ -349,6 +349,13 @@ class NakAck(Layer):
                 w = self.windows.get(addr)
                 if w is not None:
                     w.limit = w.delivered
+            return None
+        if t is Thaw:
+            if self.frozen_for is not None and self.frozen_for == ev.view_id:
+                self.frozen_for = None
+                for w in self.windows.values():
+                    w.limit = None
+                self.ctx.schedule(0, self._release)
             return None
         if t is Catchup:
             for addr, (seqno, holder) in ev.targets.items():

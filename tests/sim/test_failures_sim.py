@@ -94,6 +94,13 @@ def test_crashes_partitions_heals(sim_seed):
     final = next(m for m in members if m.alive).view
     for c in crashed:
         assert c.address not in final, f"crashed {c.name} still in {final}; seed {sim_seed}"
+    # then the one view carries traffic: every member delivers all of it (check_last_view),
+    # unless a late exclusion at high loss ended that view meanwhile
+    live = [m for m in members if m.alive]
+    traffic(sim, h, live, 0.5)
+    sim.run_for(2.0)
+    if all(m.view.view_id == final.view_id for m in live):
+        h.check_last_view(live)
 
 
 @pytest.mark.seeds(50)  # thousands more in every campaign (README, "Safety campaigns")

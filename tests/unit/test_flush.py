@@ -12,7 +12,7 @@ import pytest
 
 from raygroups.stack.address import Address
 from raygroups.stack.events import (Freeze, GetDigest, MemberDead, MergeDigest, MergeInfo,
-                                    Unsuspect, Writable)
+                                    Thaw, Unsuspect, Writable)
 from raygroups.stack.flush import FLUSH_CUT, FLUSH_DONE, FLUSH_OK, FLUSH_RESUME, START_FLUSH
 from raygroups.stack.gms import VIEW, VIEW_ACK, SendBlocked, cut
 from raygroups.stack.gms_merge import INSTALL_MERGE, MERGE_REQ, MERGE_RSP
@@ -354,7 +354,8 @@ def test_a_repeated_start_flush_rearms_the_silence_timer():
 
 def test_flush_resume_from_our_flush_coordinator_ends_the_flush():
     s = member()
-    s.up(start_flush(s, s.a, [s.a.uid, 1]))
+    s.up(start_flush(s, s.a, [s.a.uid, 1], removed=(s.c,)))
+    assert s.below.events_of(Thaw) == []
     s.down(Message(None, b"x"))
     for sender, fid in ((s.c, [s.a.uid, 1]), (s.a, [s.a.uid, 9])):  # not ours: ignored
         s.up(Message(s.local, b"", INTERNAL, {5: [FLUSH_RESUME, fid]}, sender))
@@ -362,6 +363,8 @@ def test_flush_resume_from_our_flush_coordinator_ends_the_flush():
     s.up(Message(s.local, b"", INTERNAL, {5: [FLUSH_RESUME, [s.a.uid, 1]]}, s.a))
     assert writable(s) == [False, True] and s.gms.stats["flushes_resumed"] == 1
     assert [m.payload for m in s.below.sent if m.dest is None] == [b"x"]
+    # and C, frozen by it, is delivered from again (no view will come to thaw it)
+    assert s.below.events_of(Thaw) == [Thaw(s.gms.view.view_id)]
 
 
 def test_a_merge_that_did_not_happen_resumes_the_flushed_subgroup():

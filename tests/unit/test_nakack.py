@@ -1,7 +1,7 @@
 """NAKACK in a sandwich: seqnos, FIFO delivery, NAKs, retransmission, HIGHEST, stability."""
 import pytest
 
-from raygroups.stack.events import (Catchup, Freeze, GetDigest, MergeDigest,
+from raygroups.stack.events import (Catchup, Freeze, GetDigest, MergeDigest, Thaw,
                                     SetDigest, Stability, ViewInstalled, Writable)
 from raygroups.stack.message import CONTROL, INTERNAL, NO_RELIABILITY, Message
 from raygroups.stack.nakack import (HIGHEST, MSG, XMIT_REQ, NakAck, NakAckConfig,
@@ -382,6 +382,20 @@ def test_freeze_stops_delivery_from_removed_members_at_what_was_delivered():
     assert [(m.sender, m.payload) for m in s.above.messages] == [
         (s.b, "m1"), (s.c, "m1"), (s.c, "m2")]  # B frozen at 1, C goes on
     assert s.layer.windows[s.b].limit == 1
+
+
+def test_a_flush_ended_without_a_view_thaws_what_it_froze_and_no_other():
+    s = make()
+    s.up(data(s.b, 1))
+    s.down_event(Freeze([s.b], ViewId(s.local, 1)))
+    s.up(data(s.b, 2), data(s.b, 3))
+    s.down_event(Thaw(ViewId(s.local, 0)))  # another flush's end: B stays frozen
+    s.advance(0.01)
+    assert [m.payload for m in s.above.messages] == ["m1"]
+    s.down_event(Thaw(ViewId(s.local, 1)))  # FLUSH_RESUME of the flush that froze B
+    s.advance(0.01)
+    assert [m.payload for m in s.above.messages] == ["m1", "m2", "m3"]
+    assert s.layer.windows[s.b].limit is None and s.layer.frozen_for is None
 
 
 def test_catchup_raises_a_frozen_limit_to_the_cut_and_no_further():
