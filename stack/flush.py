@@ -180,9 +180,7 @@ class Flush:
         will not come)."""
         if self.blocked and sender == self.coord and fid == self.fid:
             self.gms.stats["flushes_resumed"] += 1
-            flushed = self.flushed
             self.release()
-            self.gms.below.down_event(Thaw(flushed))
 
     def member_dead(self, addr) -> None:
         """A participant died mid-flush: start over without it (no need to wait for the
@@ -306,7 +304,10 @@ class Flush:
                 self.gms.stats["flush_starts_stale"] += 1
 
     def release(self) -> None:
-        """Sending resumes (a newer view was installed, or the flush was ended without one)."""
+        """Sending resumes (a newer view was installed, or the flush was ended without one),
+        and delivery from the members our flush froze: a flush that ends without a view
+        (FLUSH_RESUME, or the coordinator's own ``resume``) leaves no view to thaw them. A
+        newer view clears ``flushed`` first: its installation ends the freeze itself."""
         if self.block_timer is not None:
             self.block_timer.cancel()
             self.block_timer = None
@@ -315,3 +316,5 @@ class Flush:
             self.blocked = False
             self.gms.above.up_event(Writable("flush", True))
             self.gms._release_held()
+        if self.flushed is not None:
+            self.gms.below.down_event(Thaw(self.flushed))

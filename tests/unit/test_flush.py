@@ -375,6 +375,8 @@ def test_a_merge_that_did_not_happen_resumes_the_flushed_subgroup():
     s.advance(3.01)  # merge_timeout_s without an answer
     assert sorted(m.dest for m in sent(s, FLUSH_RESUME)) == sorted([s.b, s.c])
     assert writable(s)[-1] is True and not s.gms.busy
+    # and the leader's own freeze ends too: no view comes to thaw it
+    assert s.below.events_of(Thaw) == [Thaw(s.gms.view.view_id)]
 
 
 def test_sends_beyond_max_held_raise_send_blocked():
