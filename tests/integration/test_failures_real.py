@@ -37,6 +37,7 @@ from ..netns import NetLab
 
 N = 5
 DEADLINE = 30.0
+SETTLE = 4.0  # quiet seconds after a merge: beyond failure detection and a rumor's life
 
 
 def cluster(tag: str) -> str:
@@ -147,6 +148,14 @@ def test_sigstop_excluded_then_merged_back(role):
             assert merged, f"{g.names[i]}: no MergeView with everyone: {g.views(i)}"
         t_one = max(next(v["t"] for v in g.views(i) if v["t"] > t_cont
                          and len(v["members"]) == N) for i in range(N))
+        # and the merged view stays: the suspicions and removals of the stopped member that
+        # may still go round (made before it came back) exclude it no second time
+        time.sleep(SETTLE)
+        for i in range(N):
+            now = g.views(i)[-1]
+            assert tuple(now["view_id"]) == tuple(final[0]["view_id"]), (
+                f"{g.names[i]} left the merged view {final[0]['view_id']} within {SETTLE} s: "
+                f"{[(x['view_id'], x['members']) for x in g.views(i) if x['t'] > t_cont]}")
         print(f"SIGSTOP {victim_name} ({role}): excluded (seen) after {t_excl - t_stop:.2f} s,"
               f" one view {final[0]['view_id']} {t_one - t_cont:.2f} s after SIGCONT")
 
