@@ -3,13 +3,9 @@
 Every member announces its view id in an INFO message every ``info_interval_s`` (jittered),
 to the discovery targets (the multicast group, or every static host), so that members who
 are not in each other's views, even ones SWIM declared dead, still hear of each other.
-Without multicast, the coordinator's announcement also goes to the members of earlier views
-that are no longer in ours (for ``remember_s``): a member excluded while alive, or the
-coordinator of the other side of a partition, need not be among the static hosts. Only a
-coordinator's INFO starts a merge, and one member's INFOs of a newer view tell a member that
-it was dropped, so the other members announce to the discovery targets alone: with every
-member announcing to every remembered one, a partition of N members into halves cost
-N x min(N/2, ``max_remembered``) datagrams an interval (512,000 a second at 1,000 members).
+Without multicast, the announcement also goes to the members of earlier views that are no
+longer in ours (for ``remember_s``): a member excluded while alive, or the coordinator of
+the other side of a partition, need not be among the static hosts.
 Received INFOs go up to GMS, which decides: a coordinator of another view is a merge
 candidate; a member that believes it belongs to our view but is not in it is told so.
 """
@@ -59,7 +55,7 @@ class MergeDetector(Layer):
             return
         hdr = [INFO, v.view_id.coord.uid, v.view_id.id, v.coordinator == self.ctx.local]
         targets = list(self.below.down_event(DiscoveryTargets()) or ())
-        if MCAST not in targets and v.coordinator == self.ctx.local:
+        if MCAST not in targets:
             targets += [p for p in self._remembered() if p not in targets]
         for target in targets:
             self.below.down_event(EmitTo(target, Message(None, b"", CONTROL, {6: list(hdr)})))
