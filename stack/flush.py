@@ -217,6 +217,16 @@ class Flush:
         if other:
             return  # already flushing for another coordinator (split brain): one at a time
         removed = [book.get(u) for u in removed_uids]
+        if flushed < g.view.view_id and self._moved_past(sender, flushed):
+            # a round of an older view from a member that installed a newer one since: the
+            # round is over, and nothing will end it. This START_FLUSH came late (a round
+            # restarted or taken over during a partition, retransmitted after the heal's
+            # merge view); taken, it would stop our sending and freeze our delivery until we
+            # gave up and left the view (seeds 16490015, 16490025 and 16490115: a member of
+            # a merged view with its sends held for good, beside a UNICAST backoff that
+            # delayed such retransmissions)
+            g.stats["flush_starts_stale"] += 1
+            return
         # sending resumes with a view newer than the one being flushed (we may still be
         # installing that one)
         self.coord, self.flushed, self.fid = sender, flushed, fid
@@ -230,6 +240,16 @@ class Flush:
             self.on_ok(sender, fid, hdr[2], hdr[3])
         else:
             g._send(sender, hdr)
+
+    def _moved_past(self, sender, flushed) -> bool:
+        """``sender`` installed a view newer than ``flushed``, as far as our view shows: it
+        made our view, or it coordinated a subgroup of our merge view newer than that. (A
+        coordinator only flushes the view it is in.)"""
+        view = self.gms.view
+        if sender == view.view_id.coord:
+            return True
+        return any(sub.members and sub.members[0] == sender and flushed < sub.view_id
+                   for sub in getattr(view, "subgroups", ()))
 
     def on_cut(self, sender, fid, fwire: list) -> None:
         """Fetch everything up to the cut, then tell the coordinator (FLUSH_DONE)."""

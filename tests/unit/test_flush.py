@@ -246,10 +246,11 @@ def test_member_answers_start_flush_blocks_freezes_and_reports_view_and_digest()
     assert hdr(ok) == [FLUSH_OK, fid, None, wire_digest(s.digest)]
     s.up(start_flush(s, s.a, fid, removed=[s.c]))  # a retry: answered again, blocked once
     assert len(sent(s, FLUSH_OK)) == 2 and writable(s) == [False]
-    s.below.take()
-    s.up(start_flush(s, s.a, [s.a.uid, 5], removed=[], vid=[s.a.uid, 4]))
-    [ok] = sent(s, FLUSH_OK)
-    assert hdr(ok)[2] == view_to_wire(s.gms.view)
+    # a flush of another view (C's, of view 4: C is behind us, as far as we know)
+    t = member()
+    t.up(start_flush(t, t.c, [t.c.uid, 5], removed=[], vid=[t.a.uid, 4]))
+    [ok] = sent(t, FLUSH_OK)
+    assert hdr(ok)[2] == view_to_wire(t.gms.view)
 
 
 def test_application_sends_are_held_during_a_flush_and_go_out_after_the_new_view():
@@ -452,6 +453,29 @@ def test_a_flush_of_a_view_not_yet_installed_is_answered_once_it_is():
     assert [m.dest for m in oks] == [s.a, s.c]
     assert hdr(oks[-1])[1] == [s.c.uid, 1] and hdr(oks[-1])[2] is None  # of view 6 itself
     assert writable(s)[-1] is False  # stopped again, now by C's flush
+
+
+def test_a_late_start_flush_of_an_older_view_from_a_member_that_moved_past_it_is_stale():
+    """A START_FLUSH of a view older than ours can arrive late (a round restarted or taken
+    over in a partition, retransmitted after the heal's merge view). From a member that has
+    installed a newer view since (it made ours, or coordinated a newer subgroup of our merge
+    view) the round is over and nothing will end it: taken, it stopped our sending and froze
+    our delivery until we gave up and left (seeds 16490015, 16490025, 16490115). From a
+    member not known to have moved past it, it is answered and stops us, as before: that
+    coordinator may be behind us and build its next view on ours."""
+    s = member()  # view (A, 5) {A, me, C}
+    s.up(start_flush(s, s.a, [s.a.uid, 3], removed=(s.c,), vid=[s.a.uid, 4]))
+    assert sent(s, FLUSH_OK) == [] and writable(s) == [] and s.below.events_of(Freeze) == []
+    assert s.gms.stats["flush_starts_stale"] == 1
+    low = s.addr("0")  # C coordinated the subgroup (C, 6) of our merge view (A, 7)
+    s.gms.view = MergeView(ViewId(s.a, 7), (s.a, s.local, s.c, low),
+                           subgroups=(View(ViewId(s.a, 6), (s.a, s.local)),
+                                      View(ViewId(s.c, 6), (s.c, low))))
+    s.up(start_flush(s, s.c, [s.c.uid, 1], vid=[s.a.uid, 5]))
+    assert sent(s, FLUSH_OK) == [] and writable(s) == []
+    assert s.gms.stats["flush_starts_stale"] == 2
+    s.up(start_flush(s, low, [low.uid, 1], vid=[s.a.uid, 5]))  # not known to be past it
+    assert [m.dest for m in sent(s, FLUSH_OK)] == [low] and writable(s) == [False]
 
 
 def test_a_view_with_a_cut_is_installed_only_after_catching_up_to_it():
