@@ -217,7 +217,7 @@ def faults(sim, drivers, w, between=lambda: None, ready=lambda d: d.active) -> N
 @pytest.mark.seeds(20)
 @pytest.mark.regressions(16490015, 16490025, 16490115)  # a settle after the heal unanswered,
 #   the replicas out of step, with UNICAST's retransmissions outside the view backed off
-#   (reverted)
+#   (reverted): a stale START_FLUSH after the merge view stopped a member (fixed in FLUSH)
 def test_minority_refuses_and_loses_nothing(sim_seed):
     """A 3/2 split: the minority refuses publish/acquire with QueueNotPrimary; what it had
     acknowledged before is still there after the heal; a consumer that held a message in
