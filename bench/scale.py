@@ -149,7 +149,7 @@ def combine(n: int, mode: str, args, runs: list) -> dict:
     trials = {"never": main.get("rumors_never_complete", 0),
               "within": main.get("rumors_within_bound", 0), "count": main.get("rumors", 0)}
     hist = dict(main.get("rumor_rounds_hist", {}))
-    main["cpu_total_s"] = sum(r["cpu_s"] for _, r in runs)
+    main["cpu_total_s"] = round(sum(r["cpu_s"] for _, r in runs), 1)
     main["wall_runs_s"] = {role: r["wall_s"] for role, r in runs if role != "rumors"}
     main["rss_peak_bytes"] = max(r["rss_peak_bytes"] for _, r in runs)
     for role, r in runs[1:]:
@@ -166,7 +166,6 @@ def combine(n: int, mode: str, args, runs: list) -> dict:
     main["rumor_trials_never_complete"] = trials["never"]
     main["rumor_trials_share"] = trials["within"] / trials["count"] if trials["count"] else None
     main["rumor_trials_hist"] = dict(sorted(hist.items(), key=lambda kv: int(kv[0])))
-    main["cpu_total_s"] = round(main["cpu_total_s"], 1)
     log(f"  -> {json.dumps(main)}")
     return main
 
