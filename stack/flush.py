@@ -22,9 +22,10 @@ builds on it) may name members this round did not stop; the round starts over wi
 Stopped means every reliable multicast from above GMS: the application's and those of the
 stack's own layers (PRIMARY's, sent whenever their work ends) wait in GMS. Sending resumes
 at the install of a newer view, or when the coordinator ends the flush without one
-(FLUSH_RESUME: nothing changed after all, or a merge that did not happen), and never
-otherwise: a member that sent again in V after the cut was taken would deliver its
-later messages in V at some members and in V' at others. A member whose flush coordinator
+(FLUSH_RESUME: nothing changed after all, or a merge that did not happen, or a round it
+dropped unfinished, ended at its next view), and never otherwise: a member that sent again
+in V after the cut was taken would deliver its later messages in V at some members and in
+V' at others. (A dropped round never takes a cut that a view is built on.) A member whose flush coordinator
 went silent for ``3 * view_ack_timeout_s`` takes a flush from another coordinator (the next
 in line takes over when the coordinator died) but stays stopped; after ``10 *`` it leaves
 the view as a singleton (MERGE brings it back).
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from .gms import Gms
 
 START_FLUSH, FLUSH_OK, FLUSH_CUT, FLUSH_DONE, FLUSH_RESUME = 11, 12, 13, 14, 15
+MAX_DROPPED = 16  # unfinished rounds remembered until our next view (Flush._drop)
 _uid = attrgetter("uid")
 
 
@@ -58,6 +60,8 @@ class Flush:
         self.block_timer = None
         self.early: Optional[tuple] = None  # member: a START_FLUSH of a view we have not
         #                                     installed yet, answered once we have
+        self.dropped: list = []  # coordinator: (fid, participants) of rounds dropped
+        #                          unfinished since our last view, ended at the next one
 
     @property
     def busy(self) -> bool:
@@ -71,6 +75,7 @@ class Flush:
         newer view (a change in flight, which the view change finishes), its members this
         round did not stop are stopped too, in a new round."""
         g = self.gms
+        self._drop()  # a round replaced before it finished (an extension)
         self.counter += 1
         fid = [g.ctx.local.uid, self.counter]
         self.round = {"id": fid, "participants": list(participants),
@@ -155,14 +160,27 @@ class Flush:
         """Drop the round in flight and change the view again (a merge cannot go on without
         its subgroup's flush)."""
         g = self.gms
-        self.round = None
+        self._drop()
         g.stats[stat] += 1
         if g.merger.busy:
             g.merger.abandon()
         g._schedule_view()
 
     def abort(self) -> None:
-        self.round = None
+        self._drop()
+
+    def _drop(self) -> None:
+        """Drop the round in flight unfinished. Its START_FLUSH may still reach members
+        late (retransmitted after a partition heals, behind a view that let them move on);
+        nothing would end that round there but FLUSH_RESUME, sent at our next view
+        (``installed``). Kept for the last ``MAX_DROPPED`` rounds (counted beyond)."""
+        r, self.round = self.round, None
+        if r is None:
+            return
+        if len(self.dropped) >= MAX_DROPPED:
+            del self.dropped[0]
+            self.gms.stats["flush_dropped_forgotten"] += 1
+        self.dropped.append((r["id"], r["participants"]))
 
     def resume(self) -> None:
         """Coordinator: end a finished flush without a view (FLUSH_RESUME to the members it
@@ -297,14 +315,7 @@ class Flush:
             # deliver in it beyond the cut), so a view built on that cut would move members
             # that delivered different messages. Start over on the view we are in now.
             self._start_over("flush_restarts")
-            if not self.gms.is_coord:
-                # and another leads it: end the round at the members it stopped, who may
-                # have installed this view before it reached us (their freeze of the round
-                # outlives it: seed 75 of the crashes campaign's last-view check, two
-                # members holding a live member's multicasts for good)
-                for m in r["participants"]:
-                    if m != self.gms.ctx.local:
-                        self.gms._send(m, [FLUSH_RESUME, r["id"]])
+        self._end_dropped()
         if self.flushed is None or self.flushed < view.view_id:
             self.flushed = None
             self.release()
@@ -322,6 +333,23 @@ class Flush:
                 # taking it now would stop our sending until we gave up and left the view
                 # (seed 15702893: a whole group split into singletons in a quiet period)
                 self.gms.stats["flush_starts_stale"] += 1
+
+    def _end_dropped(self) -> None:
+        """We installed a view: end every round we dropped unfinished at the members it may
+        have stopped (FLUSH_RESUME). UNICAST is FIFO, so it reaches each one after that
+        round's START_FLUSH, however late that came, and ends only that very round: a
+        member stopped by a newer round of ours, or by another coordinator, ignores it.
+        Without it, a START_FLUSH retransmitted after a heal's merge view stopped a member
+        of that view for good (seed 16520025 of the failures campaign, beside the UNICAST
+        backoff: a takeover's round of the view before the partition, dropped when its
+        coordinator formed its own side's view; seed 75 of the crashes campaign's
+        last-view check, a round overtaken by another coordinator's view)."""
+        dropped, self.dropped = self.dropped, []
+        local = self.gms.ctx.local
+        for fid, participants in dropped:
+            for m in participants:
+                if m != local:
+                    self.gms._send(m, [FLUSH_RESUME, fid])
 
     def release(self) -> None:
         """Sending resumes (a newer view was installed, or the flush was ended without one),
