@@ -9,6 +9,15 @@ heard-from list; a digest for another membership resets the round (no unilateral
 When everyone has been heard from, one member (after a random stagger, cancelled by the
 first STABILITY it hears) multicasts the agreed digest as STABILITY, and every member
 passes it down to NAKACK.
+
+A member whose digest is all stable (it equals the last STABILITY of its view, and nothing
+was delivered since) gossips only every ``idle_gossip_rounds`` rounds: its digest is in
+every round's minimum, so no round can agree on more than it until it delivers more, and
+then it gossips at once. An idle group of N members thus sends almost no STABLE traffic
+instead of N digests of N entries every round (O(N^2) work a round at the coordinator and
+at every member applying STABILITY). The rare round completes the one a member that lost
+the last STABILITY still waits for. A member that delivered nothing since its last gossip
+resends that digest without asking NAKACK for it again.
 """
 from __future__ import annotations
 
@@ -37,6 +46,9 @@ class StableConfig:
     """Views with more members than this send digests to the coordinator only (one unicast
     each, the coordinator multicasts STABILITY); smaller ones multicast them, so any member
     can complete a round (no single collector). 0: always to the coordinator."""
+    idle_gossip_rounds: int = 10
+    """A member whose digest is all stable gossips every this many rounds only (see the
+    module docstring); 1: every round."""
 
 
 class Stable(Layer):
@@ -51,16 +63,30 @@ class Stable(Layer):
         self.heard: set = set()
         self.pending = None
         self.bytes = 0
+        self.mine: Optional[list] = None    # our digest as last gossiped in this view
+        self.agreed: Optional[list] = None  # the last STABILITY of this view
+        self.fresh = True  # delivered something since ``mine`` (or a new view)
+        self.idle = 0      # rounds skipped while all stable
+        self.member = False  # we are in our view (not a leaver's last one)
 
     def start(self) -> None:
         self.ctx.every(self.config.desired_avg_gossip_s, self._gossip)
 
     def _gossip(self) -> None:
-        if self.vid is None or self.ctx.local not in self.members:
+        if self.vid is None or not self.member:
             return
         self.bytes = 0
-        d = self.below.down_event(GetDigest())
-        seqnos = list(map(d.get, self.members, repeat(0)))  # (in C: O(N) a round)
+        if self.fresh or self.mine is None:
+            d = self.below.down_event(GetDigest())
+            self.mine = list(map(d.get, self.members, repeat(0)))  # (in C: O(N) a round)
+            self.fresh = False
+        elif self.mine == self.agreed:
+            self.idle += 1
+            if self.idle < self.config.idle_gossip_rounds:
+                self.stats["gossips_idle"] += 1
+                return
+        self.idle = 0
+        seqnos = self.mine
         self.stats["gossips_sent"] += 1
         dest = self.members[0] if len(self.members) > self.config.coord_only_above else None
         self.below.down(Message(dest, b"", CONTROL, {4: [GOSSIP, self.vid, seqnos]}))
@@ -71,6 +97,7 @@ class Stable(Layer):
             h = m.headers.get(4)
             if h is None:
                 out.append(m)
+                self.fresh = True
                 if type(m.payload) is bytes:
                     self.bytes += len(m.payload)
                 continue
@@ -114,6 +141,7 @@ class Stable(Layer):
             raise TypeError
         self.stats["stability_received"] += 1
         self.below.down_event(Stability(dict(zip(self.members, seqnos))))
+        self.agreed = seqnos
         self._reset()
 
     def _reset(self) -> None:
@@ -128,6 +156,9 @@ class Stable(Layer):
         if t is ViewInstalled:
             v = ev.view
             self.members = v.members
+            self.member = self.ctx.local in v.member_set
             self.vid = [v.view_id.coord.uid, v.view_id.id]
+            self.mine = self.agreed = None
+            self.fresh = True
             self._reset()
         return self.below.down_event(ev)

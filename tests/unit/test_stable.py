@@ -175,3 +175,41 @@ def test_large_views_send_digests_to_the_coordinator_which_alone_sends_stability
     m.up(stability(m, m.b, [1, 2, 3]))
     [ev] = m.below.events_of(Stability)
     assert ev.digest == {m.b: 1, m.local: 2, m.c: 3}
+
+
+def test_an_all_stable_member_gossips_only_every_idle_gossip_rounds():
+    """Once the last STABILITY equals our digest and nothing was delivered since, no round
+    can agree on more than our digest: we gossip every idle_gossip_rounds rounds only (that
+    one completes a round for a member that lost the STABILITY), without asking NAKACK for
+    the digest again. A delivery makes us gossip at the next round."""
+    s = make(digest=None, idle_gossip_rounds=4)
+    s.digest = {s.local: 2, s.b: 3, s.c: 4}
+    s.advance(1.0)
+    assert [m.headers[4][2] for m in of_type(s.below.sent, GOSSIP)] == [[2, 3, 4]]
+    s.up(stability(s, s.b, [2, 3, 4]))
+    asked = len(s.below.events_of(GetDigest))
+    s.below.sent.clear()
+    s.advance(3.0)
+    assert of_type(s.below.sent, GOSSIP) == [] and s.layer.stats["gossips_idle"] == 3
+    s.advance(1.0)  # the fourth round: the rare one, the same digest
+    assert [m.headers[4][2] for m in of_type(s.below.sent, GOSSIP)] == [[2, 3, 4]]
+    assert len(s.below.events_of(GetDigest)) == asked
+    s.below.sent.clear()
+    s.digest[s.b] = 4
+    s.up(Message(None, b"x", 0, {}, s.b))  # delivered: gossip at the next round
+    s.advance(1.0)
+    assert [m.headers[4][2] for m in of_type(s.below.sent, GOSSIP)] == [[2, 4, 4]]
+
+
+def test_a_member_ahead_of_the_last_stability_gossips_every_round():
+    """Our digest holds more than the last STABILITY: the next rounds need us, every one
+    (nothing delivered since: the same digest, without asking NAKACK again)."""
+    s = make(idle_gossip_rounds=4)
+    s.digest = {s.local: 2, s.b: 5, s.c: 4}
+    s.advance(1.0)
+    s.up(stability(s, s.b, [2, 3, 4]))  # C had delivered less of B's
+    asked = len(s.below.events_of(GetDigest))
+    s.below.sent.clear()
+    s.advance(3.0)
+    assert [m.headers[4][2] for m in of_type(s.below.sent, GOSSIP)] == [[2, 5, 4]] * 3
+    assert len(s.below.events_of(GetDigest)) == asked and s.layer.stats["gossips_idle"] == 0
