@@ -128,6 +128,7 @@ class NakAck(Layer):
         self.view_counter = 0  # sent in every multicast: receivers in an older view hold it
         self.retired: dict = {}  # last delivered seqno of members that left our view
         self.departed: dict = {}  # their windows, kept for two more views to serve catch-ups
+        self.gappy = False  # some window may have a gap: _check_gaps scans (else O(1) a tick)
 
     def start(self) -> None:
         self.ctx.every(self.config.xmit_interval_s, self._check_gaps)
@@ -191,6 +192,7 @@ class NakAck(Layer):
                         w.pending[seq] = m
                         if seq > w.highest:
                             w.highest = seq
+                        self.gappy = True
                         self._drain(w, out)
                 elif typ == XMIT_REQ:
                     self._retransmit(m.sender, seq, h[2] if len(h) > 2 else None)
@@ -198,6 +200,7 @@ class NakAck(Layer):
                     w = windows.get(m.sender)
                     if w is not None and type(seq) is int and seq > w.highest:
                         w.highest = seq
+                        self.gappy = True
                 else:
                     self.malformed()
             except MALFORMED:
@@ -261,10 +264,17 @@ class NakAck(Layer):
 
     # -- retransmission -----------------------------------------------------------------
     def _check_gaps(self) -> None:
+        """NAK what a gap kept from us for a tick. Only while some window may have one
+        (``gappy``: set wherever a window's highest may pass its delivered, cleared by a
+        scan that finds none): an idle member of N windows would otherwise scan them all
+        every tick, O(N^2) work a tick in all."""
+        if not self.gappy:
+            return
         ws = self.windows.values()
         if not any(map(gt, map(_highest, ws), map(_delivered, ws))) and \
                 not any(map(_gap_since, ws)):
-            return  # no gap anywhere, none pending (the common case, O(N) a tick: in C)
+            self.gappy = False
+            return  # no gap anywhere, none pending (O(N): in C)
         local = self.ctx.local
         for sender, w in self.windows.items():
             if w.highest <= w.delivered or sender == local:
@@ -367,6 +377,7 @@ class NakAck(Layer):
                 if seqno > w.delivered:
                     w.highest = max(w.highest, seqno)
                     w.xmit_from = holder if holder != self.ctx.local else None
+                    self.gappy = True
             self.catchups.append(ev)
             self._release()  # a raised limit may free what waited in order
             self._check_catchup()
@@ -379,6 +390,7 @@ class NakAck(Layer):
                     self.windows[addr] = _Window(max(seqno, self.retired.pop(addr, 0)))
                 elif addr in others and w.delivered < seqno and addr != self.ctx.local:
                     w.delivered, w.highest = seqno, max(seqno, w.highest)
+                    self.gappy = True
                     w.pending = {s: m for s, m in w.pending.items() if s > seqno}
             return None
         if t is ViewInstalled:
@@ -387,6 +399,7 @@ class NakAck(Layer):
             retired = self.retired
             self.windows = carried(old, members, lambda m: _Window(retired.pop(m, 0)))
             self.view_counter = ev.view.view_id.id
+            self.gappy = True  # (a carried window may hold pending messages)
             self._replay_early(self.view_counter)
             self.catchups = [c for c in self.catchups if not c.until_view]
             # freezes belong to the flush of a view: a view that is not newer than the
@@ -446,5 +459,6 @@ class NakAck(Layer):
                 continue
             if s > w.highest:
                 w.highest = s  # someone delivered more than we have: the last one was lost
+                self.gappy = True
             if w.store:  # (most are empty: no call per member and round)
                 _purge(w.store, s)

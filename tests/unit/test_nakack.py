@@ -618,3 +618,25 @@ def test_internal_multicasts_are_kept_packed_and_retransmitted_intact():
     assert own.dest == s.c and own.flags == INTERNAL and own.headers[5] == big[5]
     assert own.headers[2][:2] == [MSG, 1] and app.payload == b"app"
     assert other.headers[5] == big[5] and other.headers[2] == [MSG, 1, 1, s.b.uid]
+
+
+@pytest.mark.parametrize("how", ["early", "highest", "stability", "catchup"])
+def test_an_idle_member_skips_the_gap_scan_until_a_gap_may_open(how):
+    """With no gap anywhere one scan clears ``gappy`` and later ticks skip the O(N) scan;
+    each way a window's highest can pass its delivered sets it again, so the gap is NAKed
+    as before."""
+    s = make()
+    s.up(data(s.b, 1))
+    s.advance(TWO_TICKS)
+    assert s.layer.gappy is False and kinds(s.below.take(), XMIT_REQ) == []
+    if how == "early":
+        s.up(data(s.b, 3))
+    elif how == "highest":
+        s.up(Message(None, b"", CONTROL, {2: [HIGHEST, 3]}, s.b))
+    elif how == "stability":
+        s.down_event(Stability({s.local: 0, s.b: 3, s.c: 0}))
+    else:
+        s.down_event(Catchup({s.b: (3, s.c)}, lambda: None))
+    s.advance(TWO_TICKS)
+    [nak] = kinds(s.below.sent, XMIT_REQ)
+    assert nak.headers[2][1] == ([[2, 2]] if how == "early" else [[2, 3]])
