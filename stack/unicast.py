@@ -4,7 +4,11 @@ Per destination a connection with an increasing connection id and seqnos; the re
 delivers in order and acknowledges the highest contiguous seqno once per loop turn; the
 sender retransmits what stays unacknowledged for a tick. A new connection id from a peer
 (it reopened the connection) resets the receive window. Connections to peers that left
-the view expire.
+the view expire. Retransmissions to a peer outside the view that acknowledges nothing back
+off (doubling, as TCP's retransmission timer does, up to ``xmit_backoff_max_s``): across a
+partition every START_FLUSH of a round that included the other side would otherwise go out
+again every tick until the connection expires, O(N^2) datagrams a tick (N members apart).
+An acknowledgement from the peer, or a new message to it, ends the backoff.
 """
 from __future__ import annotations
 
@@ -35,14 +39,18 @@ class UnicastConfig:
     conn_expiry_s: float = 30.0
     """A connection to a peer outside the view is closed after this long (even with
     unacknowledged messages: the peer is gone)."""
+    xmit_backoff_max_s: float = 1.0
+    """The longest wait between two retransmissions to a peer outside the view that
+    acknowledges nothing (from ``xmit_interval_s``, doubling at each)."""
 
 
 class _Send:
-    __slots__ = ("conn_id", "seqno", "unacked", "mark", "since")
+    __slots__ = ("conn_id", "seqno", "unacked", "mark", "since", "wait", "due")
 
     def __init__(self, conn_id: int, now: float):
         self.conn_id, self.seqno, self.mark, self.since = conn_id, 0, 0, now
         self.unacked: dict[int, Message] = {}
+        self.wait = self.due = 0.0  # retransmission backoff (a peer outside the view)
 
 
 class _Recv:
@@ -85,6 +93,7 @@ class Unicast(Layer):
                     self.up_event(Writable(self.name, False))
                 self.blocked.add(dest)
             c.seqno += 1
+            c.wait = c.due = 0.0  # talking to it again: retransmit at once if lost
             msg.headers[3] = [DATA, c.conn_id, c.seqno]
             c.unacked[c.seqno] = msg
         self.below.down(msg)
@@ -148,7 +157,10 @@ class Unicast(Layer):
         if c is None or c.conn_id != cid or type(seq) is not int:
             return
         un = c.unacked
-        for s in [s for s in un if s <= seq]:
+        acked = [s for s in un if s <= seq]
+        if acked:
+            c.wait = c.due = 0.0
+        for s in acked:
             del un[s]
         if sender in self.blocked and len(un) < self.config.send_window // 2:
             self.blocked.discard(sender)
@@ -163,12 +175,24 @@ class Unicast(Layer):
 
     def _tick(self) -> None:
         now, expiry = self.ctx.now(), self.config.conn_expiry_s
+        local, members = self.ctx.local, self.members
         for dest, c in list(self.sends.items()):
-            if dest not in self.members and dest != self.ctx.local and now - c.since > expiry:
-                self._ack(dest, c.conn_id, c.seqno)  # releases back-pressure, if any
-                del self.sends[dest]
-                self.stats["expired_conns"] += 1
-                continue
+            if dest not in members and dest != local:
+                if now - c.since > expiry:
+                    self._ack(dest, c.conn_id, c.seqno)  # releases back-pressure, if any
+                    del self.sends[dest]
+                    self.stats["expired_conns"] += 1
+                    continue
+                if not c.unacked:
+                    c.mark = c.seqno
+                    continue
+                if now < c.due:  # backing off: nothing acknowledged since the last
+                    c.mark = c.seqno
+                    self.stats["xmit_backed_off"] += 1
+                    continue
+                c.wait = min(2 * c.wait or self.config.xmit_interval_s,
+                             self.config.xmit_backoff_max_s)
+                c.due = now + c.wait - 1e-9
             for s, m in c.unacked.items():
                 if s > c.mark:
                     break

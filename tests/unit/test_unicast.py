@@ -187,3 +187,33 @@ def test_malformed_headers_are_counted_never_raised(header):
     s.up(Message(None, b"bad", 0, {3: header}, s.b), data(s.b, 1))
     assert s.layer.stats["malformed_header"] == 1
     assert [m.payload for m in s.above.messages] == ["u1"]
+
+
+def test_retransmissions_to_a_peer_outside_the_view_back_off_until_it_answers():
+    """A peer outside the view (the other side of a partition) that acknowledges nothing
+    gets retransmissions ever less often, doubling from a tick to xmit_backoff_max_s; a
+    member of the view gets one every tick. An acknowledgement or a new message to the
+    peer ends the backoff."""
+    s = make(xmit_interval_s=0.1, xmit_backoff_max_s=1.6, conn_expiry_s=100.0)
+    s.down_event(ViewInstalled(View(ViewId(s.local, 2), (s.local, s.c))))  # B is gone
+    s.down(Message(s.b, "to B"))
+    s.down(Message(s.c, "to C"))
+    cid = s.below.take()[0].headers[3][1]
+    s.advance(10.0)
+    out = s.below.take()
+    to_b = sum(1 for m in out if m.dest == s.b)
+    to_c = sum(1 for m in out if m.dest == s.c)
+    # C: one a tick (about 100); B: ticks 1, 2, 4, 8, 16 then every 16 (about 10)
+    assert to_c >= 90 and 7 <= to_b <= 12, (to_b, to_c)
+    assert s.layer.stats["xmit_backed_off"] >= 80
+    s.down(Message(s.b, "again"))  # talking to it again: at once if lost
+    s.below.take()
+    s.advance(0.25)
+    # each tick again: the old one at the first, both at the second (the new one was sent
+    # within the first)
+    assert [m.payload for m in s.below.take() if m.dest == s.b] == ["to B", "to B", "again"]
+    s.advance(3.0)
+    s.below.take()
+    s.up(Message(s.local, b"", CONTROL, {3: [ACK, cid, 1]}, s.b))  # it answers
+    s.advance(0.25)
+    assert [m.payload for m in s.below.take() if m.dest == s.b] == ["again", "again"]
