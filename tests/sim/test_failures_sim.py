@@ -53,7 +53,8 @@ def traffic(sim, h, members, seconds, rate=0.3):
 @pytest.mark.regressions(800024, 800247,  # a member that did not coordinate its view answered a merge
                          11000712,  # a member sent in the old view after its flush's cut
                          13101868,  # a merge took in a suspected member it had not flushed
-                         15702414)  # a cut declared stable before an unflushed member held it
+                         15702414,  # a cut declared stable before an unflushed member held it
+                         16520025)  # a dropped flush round's late START_FLUSH (UNICAST backoff)
 def test_crashes_partitions_heals(sim_seed):
     sim = Simulation(sim_seed, buggify=True)
     rng = sim.rng
