@@ -4,11 +4,16 @@ Per destination a connection with an increasing connection id and seqnos; the re
 delivers in order and acknowledges the highest contiguous seqno once per loop turn; the
 sender retransmits what stays unacknowledged for a tick. A new connection id from a peer
 (it reopened the connection) resets the receive window. Connections to peers that left
-the view expire. Retransmissions to a peer outside the view that acknowledges nothing back
-off (doubling, as TCP's retransmission timer does, up to ``xmit_backoff_max_s``): across a
-partition every START_FLUSH of a round that included the other side would otherwise go out
-again every tick until the connection expires, O(N^2) datagrams a tick (N members apart).
-An acknowledgement from the peer, or a new message to it, ends the backoff.
+the view expire. Retransmissions to a peer that acknowledges nothing back off (doubling, as
+TCP's retransmission timer does, up to ``xmit_backoff_max_s``): at once for a peer outside
+the view, and for a member of the view once it has acknowledged nothing for
+``xmit_backoff_after_s`` while messages to it wait. Across a partition, every START_FLUSH
+of a round that included the other side would otherwise go out again every tick, to members
+of the view until the view excludes them and to the others until the connection expires:
+O(N^2) datagrams a tick while N members are apart, more with every round restarted as the
+other side's members are found dead one by one. Any acknowledgement from the peer (it is
+there again) ends the backoff; a new message to it goes out at once, and its
+retransmissions follow the backoff.
 """
 from __future__ import annotations
 
@@ -40,17 +45,22 @@ class UnicastConfig:
     """A connection to a peer outside the view is closed after this long (even with
     unacknowledged messages: the peer is gone)."""
     xmit_backoff_max_s: float = 1.0
-    """The longest wait between two retransmissions to a peer outside the view that
-    acknowledges nothing (from ``xmit_interval_s``, doubling at each)."""
+    """The longest wait between two retransmissions to a peer that acknowledges nothing
+    (from ``xmit_interval_s``, doubling at each)."""
+    xmit_backoff_after_s: float = 0.5
+    """A member of the view gets backed-off retransmissions once it has acknowledged
+    nothing for this long while messages to it wait (a peer outside the view at once);
+    before, one a tick."""
 
 
 class _Send:
-    __slots__ = ("conn_id", "seqno", "unacked", "mark", "since", "wait", "due")
+    __slots__ = ("conn_id", "seqno", "unacked", "mark", "since", "wait", "due", "quiet")
 
     def __init__(self, conn_id: int, now: float):
         self.conn_id, self.seqno, self.mark, self.since = conn_id, 0, 0, now
         self.unacked: dict[int, Message] = {}
-        self.wait = self.due = 0.0  # retransmission backoff (a peer outside the view)
+        self.wait = self.due = 0.0  # retransmission backoff
+        self.quiet = now  # the peer acknowledged nothing since, while messages waited
 
 
 class _Recv:
@@ -92,8 +102,9 @@ class Unicast(Layer):
                 if not self.blocked:
                     self.up_event(Writable(self.name, False))
                 self.blocked.add(dest)
+            if not c.unacked:
+                c.quiet = self.ctx.now()
             c.seqno += 1
-            c.wait = c.due = 0.0  # talking to it again: retransmit at once if lost
             msg.headers[3] = [DATA, c.conn_id, c.seqno]
             c.unacked[c.seqno] = msg
         self.below.down(msg)
@@ -157,10 +168,9 @@ class Unicast(Layer):
         if c is None or c.conn_id != cid or type(seq) is not int:
             return
         un = c.unacked
-        acked = [s for s in un if s <= seq]
-        if acked:
-            c.wait = c.due = 0.0
-        for s in acked:
+        c.wait = c.due = 0.0  # it is there: retransmit each tick again
+        c.quiet = self.ctx.now()
+        for s in [s for s in un if s <= seq]:
             del un[s]
         if sender in self.blocked and len(un) < self.config.send_window // 2:
             self.blocked.discard(sender)
@@ -175,24 +185,25 @@ class Unicast(Layer):
 
     def _tick(self) -> None:
         now, expiry = self.ctx.now(), self.config.conn_expiry_s
-        local, members = self.ctx.local, self.members
+        local, members, after = self.ctx.local, self.members, self.config.xmit_backoff_after_s
         for dest, c in list(self.sends.items()):
-            if dest not in members and dest != local:
-                if now - c.since > expiry:
-                    self._ack(dest, c.conn_id, c.seqno)  # releases back-pressure, if any
-                    del self.sends[dest]
-                    self.stats["expired_conns"] += 1
-                    continue
-                if not c.unacked:
-                    c.mark = c.seqno
-                    continue
+            outside = dest not in members and dest != local
+            if outside and now - c.since > expiry:
+                self._ack(dest, c.conn_id, c.seqno)  # releases back-pressure, if any
+                del self.sends[dest]
+                self.stats["expired_conns"] += 1
+                continue
+            if not c.unacked:
+                c.mark = c.seqno
+                continue
+            if outside or now - c.quiet >= after:
                 if now < c.due:  # backing off: nothing acknowledged since the last
                     c.mark = c.seqno
                     self.stats["xmit_backed_off"] += 1
                     continue
                 c.wait = min(2 * c.wait or self.config.xmit_interval_s,
                              self.config.xmit_backoff_max_s)
-                c.due = now + c.wait - 1e-9
+                c.due = now + c.wait - self.config.xmit_interval_s / 2  # (ticks jitter)
             for s, m in c.unacked.items():
                 if s > c.mark:
                     break

@@ -192,28 +192,49 @@ def test_malformed_headers_are_counted_never_raised(header):
 def test_retransmissions_to_a_peer_outside_the_view_back_off_until_it_answers():
     """A peer outside the view (the other side of a partition) that acknowledges nothing
     gets retransmissions ever less often, doubling from a tick to xmit_backoff_max_s; a
-    member of the view gets one every tick. An acknowledgement or a new message to the
-    peer ends the backoff."""
+    member of the view that answers gets one every tick. A new message to the silent peer
+    goes out at once and does not end the backoff (every round restarted across a partition
+    sends one); any acknowledgement from the peer does, even one of nothing new."""
     s = make(xmit_interval_s=0.1, xmit_backoff_max_s=1.6, conn_expiry_s=100.0)
     s.down_event(ViewInstalled(View(ViewId(s.local, 2), (s.local, s.c))))  # B is gone
     s.down(Message(s.b, "to B"))
-    s.down(Message(s.c, "to C"))
     cid = s.below.take()[0].headers[3][1]
-    s.advance(10.0)
-    out = s.below.take()
-    to_b = sum(1 for m in out if m.dest == s.b)
-    to_c = sum(1 for m in out if m.dest == s.c)
-    # C: one a tick (about 100); B: ticks 1, 2, 4, 8, 16 then every 16 (about 10)
-    assert to_c >= 90 and 7 <= to_b <= 12, (to_b, to_c)
+    to_c = 0
+    for _ in range(100):  # C answers each of its messages; B nothing
+        s.down(Message(s.c, "to C"))
+        s.advance(0.1)
+        out = s.below.take()
+        to_c += sum(1 for m in out if m.dest == s.c)
+        for m in out:
+            if m.dest == s.c:
+                s.up(Message(s.local, b"", CONTROL, {3: [ACK, m.headers[3][1], m.headers[3][2]]},
+                             s.c))
+    # B: ticks 1, 2, 4, 8, 16 then every 16 (about 10)
+    to_b = s.layer.stats["retransmitted"]
+    assert 7 <= to_b <= 12 and to_c == 100, (to_b, to_c)
     assert s.layer.stats["xmit_backed_off"] >= 80
-    s.down(Message(s.b, "again"))  # talking to it again: at once if lost
-    s.below.take()
-    s.advance(0.25)
-    # each tick again: the old one at the first, both at the second (the new one was sent
-    # within the first)
-    assert [m.payload for m in s.below.take() if m.dest == s.b] == ["to B", "to B", "again"]
-    s.advance(3.0)
-    s.below.take()
-    s.up(Message(s.local, b"", CONTROL, {3: [ACK, cid, 1]}, s.b))  # it answers
-    s.advance(0.25)
-    assert [m.payload for m in s.below.take() if m.dest == s.b] == ["again", "again"]
+    s.down(Message(s.b, "again"))
+    assert [m.payload for m in s.below.take()] == ["again"]  # at once
+    s.advance(0.35)
+    assert [m.payload for m in s.below.take()] == []  # still backing off
+    s.up(Message(s.local, b"", CONTROL, {3: [ACK, cid, 0]}, s.b))  # it answers: nothing new
+    s.advance(0.1)
+    assert [m.payload for m in s.below.take()] == ["to B", "again"]
+
+
+def test_a_member_of_the_view_silent_for_xmit_backoff_after_s_gets_backed_off_retransmissions():
+    """A member of the view that acknowledges nothing gets one retransmission a tick for
+    xmit_backoff_after_s, then ever fewer (its side of a partition, before the view excludes
+    it: every START_FLUSH of every restarted round again each tick); an acknowledgement
+    ends it."""
+    s = make(xmit_interval_s=0.1, xmit_backoff_max_s=1.6, xmit_backoff_after_s=0.5)
+    s.down_event(ViewInstalled(View(ViewId(s.local, 2), (s.local, s.b, s.c))))
+    s.down(Message(s.b, "to B"))
+    cid = s.below.take()[0].headers[3][1]
+    s.advance(0.55)
+    assert [m.payload for m in s.below.take()] in (["to B"] * 4, ["to B"] * 5)  # each tick
+    s.advance(10.0)
+    assert 5 <= len(s.below.take()) <= 10 and s.layer.stats["xmit_backed_off"] >= 80
+    s.up(Message(s.local, b"", CONTROL, {3: [ACK, cid, 0]}, s.b))
+    s.advance(0.35)
+    assert [m.payload for m in s.below.take()] == ["to B"] * 3
