@@ -103,6 +103,7 @@ class Flush:
         r["digests"][sender] = digest_from_wire(dwire, book)
         r["waiting"].discard(sender)
         if r["waiting"]:
+            self._unless_only_dead(r)
             return
         g = self.gms
         latest = max(r["views"], key=lambda v: v.view_id)
@@ -139,7 +140,9 @@ class Flush:
         if r is None or fid != r["id"] or "cut" not in r or sender not in r["waiting"]:
             return
         r["waiting"].discard(sender)
-        if not r["waiting"]:
+        if r["waiting"]:
+            self._unless_only_dead(r)
+        else:
             self.round = None
             self.done = (r["id"], [m for m in r["digests"] if m != self.gms.ctx.local])
             g = self.gms
@@ -201,10 +204,21 @@ class Flush:
             self.release()
 
     def member_dead(self, addr) -> None:
-        """A participant died mid-flush: start over without it (no need to wait for the
-        timeout)."""
+        """A participant died mid-flush: start over without it once nobody else is waited
+        for (no need to wait for the timeout). While live members are waited for too, the
+        round goes on: they answer (``_unless_only_dead``), or the timeout suspects them
+        all at once. A restart at each death sent the round's START_FLUSH to every member
+        again and re-armed its timeout: when a partition's other side is found dead one
+        member at a time, N/2 rounds of O(N) messages and O(N^2) work, and the view without
+        them only after the last was found."""
         r = self.round
         if r is not None and addr in r["waiting"]:
+            self._unless_only_dead(r)
+
+    def _unless_only_dead(self, r: dict) -> None:
+        """Start over if every member the round still waits for is dead (suspected)."""
+        waiting, dead = r["waiting"], self.gms.suspects
+        if len(waiting) <= len(dead) and waiting <= dead:
             self._start_over("flush_restarts")
 
     # -- member -------------------------------------------------------------------------

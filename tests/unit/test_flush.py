@@ -231,6 +231,27 @@ def test_a_round_overtaken_by_a_view_is_ended_at_the_members_it_stopped():
     assert resume.dest == s.c and hdr(resume)[1] == hdr(start)[1]
 
 
+def test_a_death_mid_flush_restarts_the_round_once_only_the_dead_are_waited_for():
+    """C dies while B has not answered either: the round goes on (a restart at each death,
+    when a partition's other side is found dead one member at a time, sent every round
+    again to all and re-armed its timeout until the last was found). B's answer leaves only
+    the dead: the round starts over at once without C, C frozen."""
+    s = coordinator()
+    d = s.addr("D")
+    s.up(join_req(s, d))
+    s.advance(0.01)
+    fid = hdr(sent(s, START_FLUSH)[0])[1]
+    s.below.take()
+    s.gms.up_event(MemberDead(s.c))
+    s.advance(0.01)
+    assert sent(s, START_FLUSH) == [] and s.gms.stats["flush_restarts"] == 0
+    s.up(flush_ok(s, s.b, fid))
+    s.advance(0.01)
+    assert s.gms.stats["flush_restarts"] == 1
+    [again] = sent(s, START_FLUSH)
+    assert again.dest == s.b and hdr(again)[1] != fid and hdr(again)[2] == [s.c.uid]
+
+
 def test_flush_timeout_waiting_for_flush_done_suspects_who_did_not_catch_up():
     s = coordinator()
     s.up(join_req(s, s.addr("D")))
