@@ -66,6 +66,11 @@ member, then the 60 s partition (500 + 500, every member saw the other half gone
 its heal, converged 1.45 s after, 170 s of CPU and 258 s wall (about 650 wall before on
 a loaded machine, and the heal as long again); peak RSS 3.58 GB. The whole
 ``--sizes 1000`` bench was not run again.
+Re-measured 2026-12-04 (commit 2bb285c, the stack of 4a5ca89), nothing else running: the
+whole ``--sizes 1000`` bench finished for the first time, 1,016 s of wall time on 2 CPUs;
+views 1,000: formation 268 s wall, the partition run 564 s (its 60 s partition took 25-35
+min before STABLE and NAKACK at rest, the UNICAST backoff and FLUSH's restart rule), healed
+1.50 s after; gossip 1,000: partition run 342 s, healed 1.55 s after, peak RSS 4.00 GiB.
 Views-mode crash detection grows with N through Lifeguard's suspicion timeout (0.5 s x
 log10 N once confirmed) and the REMOVE's O(log N) gossip rounds to the coordinator; most of
 the spread between single crashes is how soon a member first probes the crashed one, which
