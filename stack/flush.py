@@ -25,10 +25,10 @@ at the install of a newer view, or when the coordinator ends the flush without o
 (FLUSH_RESUME: nothing changed after all, or a merge that did not happen, or a round it
 dropped unfinished, ended at its next view), and never otherwise: a member that sent again
 in V after the cut was taken would deliver its later messages in V at some members and in
-V' at others. (A dropped round never takes a cut that a view is built on.) A member whose flush coordinator
-went silent for ``3 * view_ack_timeout_s`` takes a flush from another coordinator (the next
-in line takes over when the coordinator died) but stays stopped; after ``10 *`` it leaves
-the view as a singleton (MERGE brings it back).
+V' at others. (A dropped round never takes a cut that a view is built on.) A member whose
+flush coordinator went silent for ``3 * view_ack_timeout_s`` takes a flush from another
+coordinator (the next in line takes over when the coordinator died) but stays stopped;
+after ``10 *`` it leaves the view as a singleton (MERGE brings it back).
 """
 from __future__ import annotations
 
