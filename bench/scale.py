@@ -115,12 +115,9 @@ def fresh(runs: list, jobs: int) -> list:
 
 
 def view_bundling(n: int, mode: str, args) -> Optional[float]:
-    """The view bundling a views-mode run uses: ``--view-bundling``, else 0.1 s from 1,000
-    members on (their formation simulates in minutes only so), else the preset's."""
-    if mode != "views":
-        return None
-    return args.view_bundling if args.view_bundling is not None else \
-        (0.1 if n >= 1000 else None)
+    """The fixed view bundling a views-mode run uses: ``--view-bundling``, else None (the
+    preset's, which grows with the view: ``GmsConfig.view_bundling_per_member_s``)."""
+    return args.view_bundling if mode == "views" else None
 
 
 def plan(n: int, mode: str, args) -> list:
@@ -131,7 +128,8 @@ def plan(n: int, mode: str, args) -> list:
     bundling = view_bundling(n, mode, args)
     base = dict(members=n, membership=mode, memory=args.memory, timeout_s=args.timeout,
                 join_interval_s=args.join_interval,
-                options={"gms__view_bundling_s": bundling} if bundling else None)
+                options={"gms__view_bundling_s": bundling,
+                         "gms__view_bundling_per_member_s": 0.0} if bundling else None)
     runs = [("full", dict(base, seed=args.seed, rumors=args.rumors, storm=args.storm,
                           crash=True))]
     if args.partition:
@@ -345,10 +343,9 @@ def main(argv=None) -> int:
                          "halves before the heal (0: no partition phase)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--view-bundling", type=float, default=None,
-                    help="gms__view_bundling_s of views-mode runs (default: 0.1 s from "
-                         "1,000 members on, the LAN preset's 0.01 s below); 0.1 gathers a "
-                         "formation's joins into ~10x fewer view changes, which views mode "
-                         "at 1,000 members needs to simulate in minutes")
+                    help="a fixed gms__view_bundling_s for views-mode runs, without the "
+                         "gathering that grows with the view (default: the LAN preset's, "
+                         "0.01 s growing by 1 ms per member up to 1 s)")
     ap.add_argument("--join-interval", type=float, default=0.005,
                     help="simulated seconds between member starts during formation")
     ap.add_argument("--memory", choices=("rss", "tracemalloc"), default="rss")

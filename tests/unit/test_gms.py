@@ -346,6 +346,20 @@ def test_coordinator_bundles_joins_and_a_leave_into_one_view():
     assert s.gms.stats["views_sent"] == 2
 
 
+@pytest.mark.parametrize("per_member, cap, gathered", [(0.01, 1.0, 0.03), (0.01, 0.02, 0.02),
+                                                       (0.0, 1.0, 0.01)])
+def test_a_burst_is_gathered_longer_the_larger_the_view(per_member, cap, gathered):
+    """Right after a change, the next waits max(view_bundling_s, per member x members), at
+    most view_bundling_max_s: 0.03 s for 3 members at 0.01 s each, 0.02 s when capped
+    there, view_bundling_s (0.01 s) when the per-member share is off."""
+    s = coordinator(view_bundling_per_member_s=per_member, view_bundling_max_s=cap)
+    s.up(join_req(s, s.addr("D")))  # the view of 3 settled just now: not idle
+    s.advance(gathered - 0.004)
+    assert sent(s, START_FLUSH) == []
+    s.advance(0.005)
+    assert sorted(m.dest for m in sent(s, START_FLUSH)) == sorted([s.b, s.c])
+
+
 def test_requests_during_a_view_in_flight_build_on_the_pending_membership():
     """Seed 003: two joins and two leaves arriving before the previous view is installed
     are all reflected in the next view; none is lost."""
