@@ -13,7 +13,9 @@ of the view until the view excludes them and to the others until the connection 
 O(N^2) datagrams a tick while N members are apart, more with every round restarted as the
 other side's members are found dead one by one. Any acknowledgement from the peer (it is
 there again) ends the backoff; a new message to it goes out at once, and its
-retransmissions follow the backoff.
+retransmissions follow the backoff. The tick walks only the connections with messages
+waiting (a member of a large group holds a connection to most others, nearly all idle), and
+looks for expired ones once a second.
 """
 from __future__ import annotations
 
@@ -26,6 +28,8 @@ from .layer import Layer, MALFORMED
 from .message import CONTROL, INTERNAL, NO_RELIABILITY, Message
 
 DATA, ACK = 0, 1
+SWEEP_S = 1.0
+"""How often the tick looks for expired connections (at most a quarter of the expiry)."""
 
 
 class UnicastWindowFull(RaygroupsError):
@@ -84,6 +88,11 @@ class Unicast(Layer):
         self.ack_scheduled = False
         self.next_conn = 1
         self.blocked: set = set()
+        # the connections the tick retransmits on: those that had messages waiting since
+        # it last looked (an idle connection costs a tick nothing; the expiry sweep, once
+        # a second, walks them all)
+        self.waiting: dict = {}
+        self.swept = float("-inf")
 
     def start(self) -> None:
         self.ctx.every(self.config.xmit_interval_s, self._tick)
@@ -104,6 +113,7 @@ class Unicast(Layer):
                 self.blocked.add(dest)
             if not c.unacked:
                 c.quiet = self.ctx.now()
+                self.waiting[dest] = c  # (its mark is at most seqno: nothing new is old)
             c.seqno += 1
             msg.headers[3] = [DATA, c.conn_id, c.seqno]
             c.unacked[c.seqno] = msg
@@ -184,18 +194,16 @@ class Unicast(Layer):
             self.below.down(Message(sender, b"", CONTROL, {3: [ACK, r.conn_id, r.delivered]}))
 
     def _tick(self) -> None:
-        now, expiry = self.ctx.now(), self.config.conn_expiry_s
+        now = self.ctx.now()
+        if now - self.swept >= min(SWEEP_S, self.config.conn_expiry_s / 4):
+            self.swept = now
+            self._expire(now)
         local, members, after = self.ctx.local, self.members, self.config.xmit_backoff_after_s
-        for dest, c in list(self.sends.items()):
-            outside = dest not in members and dest != local
-            if outside and now - c.since > expiry:
-                self._ack(dest, c.conn_id, c.seqno)  # releases back-pressure, if any
-                del self.sends[dest]
-                self.stats["expired_conns"] += 1
-                continue
+        for dest, c in list(self.waiting.items()):
             if not c.unacked:
-                c.mark = c.seqno
+                del self.waiting[dest]
                 continue
+            outside = dest not in members and dest != local
             if outside or now - c.quiet >= after:
                 if now < c.due:  # backing off: nothing acknowledged since the last
                     c.mark = c.seqno
@@ -210,8 +218,18 @@ class Unicast(Layer):
                 self.below.down(Message(dest, m.payload, m.flags, m.headers))
                 self.stats["retransmitted"] += 1
             c.mark = c.seqno
+
+    def _expire(self, now: float) -> None:
+        """Close the connections to peers outside the view for ``conn_expiry_s``."""
+        expiry, local, members = self.config.conn_expiry_s, self.ctx.local, self.members
+        for dest, c in list(self.sends.items()):
+            if dest not in members and dest != local and now - c.since > expiry:
+                self._ack(dest, c.conn_id, c.seqno)  # releases back-pressure, if any
+                del self.sends[dest]
+                self.waiting.pop(dest, None)
+                self.stats["expired_conns"] += 1
         for src, r in list(self.recvs.items()):
-            if src not in self.members and r.since and now - r.since > expiry:
+            if src not in members and r.since and now - r.since > expiry:
                 del self.recvs[src]
 
     def down_event(self, ev: Any) -> Any:

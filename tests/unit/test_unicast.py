@@ -238,3 +238,25 @@ def test_a_member_of_the_view_silent_for_xmit_backoff_after_s_gets_backed_off_re
     s.up(Message(s.local, b"", CONTROL, {3: [ACK, cid, 0]}, s.b))
     s.advance(0.35)
     assert [m.payload for m in s.below.take()] == ["to B"] * 3
+
+
+def test_the_tick_walks_only_connections_with_messages_waiting():
+    """A member of a large group holds a connection to most others, nearly all idle: the
+    tick retransmits on those with unacknowledged messages and leaves the rest alone,
+    and a message sent after a quiet spell still waits a tick before going out again."""
+    s = make()
+    peers = [s.addr(f"P{i}") for i in range(50)]
+    s.down_event(ViewInstalled(View(ViewId(s.local, 2), (s.local, s.b, s.c, *peers))))
+    for p in peers:
+        s.down(Message(p, "x"))
+    cids = {m.dest: m.headers[3][1] for m in s.below.take()}
+    for p in peers[1:]:
+        s.up(Message(s.local, b"", CONTROL, {3: [ACK, cids[p], 1]}, p))
+    s.advance(ONE_TICK)  # (sent since the last tick: not yet again)
+    assert s.below.take() == [] and list(s.layer.waiting) == [peers[0]]
+    s.down(Message(peers[1], "y"))  # after a quiet spell
+    assert [m.dest for m in s.below.take()] == [peers[1]]
+    s.advance(1.1)
+    assert [m.dest for m in s.below.take()] == [peers[0]]  # the only one unacknowledged
+    s.advance(1.1)
+    assert sorted(m.dest for m in s.below.take()) == sorted([peers[0], peers[1]])
