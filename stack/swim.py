@@ -170,6 +170,9 @@ class Swim(Layer):
         self.contact = None  # gossip mode: the member we subscribe through, until it answers
         self.leaving = None
         self.changed = False  # a MembersChanged report is scheduled
+        # the members made SUSPECT since the round last looked (some may be no longer:
+        # the round drops those), so that a round is not a pass over every member
+        self.suspected: set = set()
         self.reported = -1e9  # when the last one went up
 
     def start(self) -> None:
@@ -189,10 +192,8 @@ class Swim(Layer):
         cfg = self.config
         if self.active and self.nodes:
             self._probe()
-            if self.config.mode == "views" and SUSPECT_S in map(_state, self.nodes.values()):
-                for n in self.nodes.values():  # (the check above in C: O(N) a round)
-                    if n.state == SUSPECT_S:
-                        self._send(n.addr, [PING, 0, None])
+            if self.config.mode == "views" and self.suspected:
+                self._ping_suspects()
             if self.queue:
                 # more rumors in flight than a message carries (a storm): more messages,
                 # up to four times the fanout, so that each still goes out every round
@@ -212,6 +213,16 @@ class Swim(Layer):
                 if entry[1] <= 0 or entry[3] > entry[0][4]:
                     del self.queue[key]
         self.ctx.schedule(cfg.probe_interval_s * (1 + self.health), self._round)
+
+    def _ping_suspects(self) -> None:
+        """Views mode: a ping a round to each member we suspect (its ack refutes)."""
+        nodes = self.nodes
+        for addr in list(self.suspected):
+            n = nodes.get(addr)
+            if n is None or n.state != SUSPECT_S:
+                self.suspected.discard(addr)  # refuted, dead or gone since
+            else:
+                self._send(addr, [PING, 0, None])
 
     def _next_target(self):
         while True:
@@ -502,6 +513,7 @@ class Swim(Layer):
             if n.state == ALIVE_S or inc > n.inc:
                 n.inc, n.state = inc, SUSPECT_S
                 n.since, n.confirm = self.ctx.now(), {extra}
+                self.suspected.add(addr)
                 self.order.append(addr)  # probe it next: our verdict confirms or refutes
                 self.above.up_event(Suspect(addr))
             elif extra in n.confirm:
@@ -519,6 +531,7 @@ class Swim(Layer):
                 self.stats["remove_overruled"] += 1
                 if n.state == ALIVE_S:
                     n.state, n.since, n.confirm = SUSPECT_S, self.ctx.now(), {extra}
+                    self.suspected.add(addr)
                     self._arm(n)
                 return True  # still spread it: the member itself will refute
             self._declare_dead(n, "left" if extra == LEFT else

@@ -1,7 +1,7 @@
 """SWIM (stack/swim.py) in a sandwich: refutation of suspicions about the local member."""
 from raygroups.stack.events import GetPhysical, MemberDead, Suspect, Unsuspect, ViewInstalled
 from raygroups.stack.message import CONTROL, Message
-from raygroups.stack.swim import ALIVE, REMOVE, RUMORS, SUSPECT, Swim, SwimConfig
+from raygroups.stack.swim import ALIVE, PING, REMOVE, RUMORS, SUSPECT, Swim, SwimConfig
 from raygroups.stack.view import View, ViewId
 
 from .sandwich import Sandwich
@@ -109,3 +109,27 @@ def test_copies_of_a_merged_members_old_suspicions_and_removal_are_stale():
     assert s.layer.stats["stale_doubts_dropped"] == 2 and s.layer.nodes[c].state == 0
     rumors_from(s, b, (SUSPECT, c.uid, 0, b.uid, 3))   # a new hang, made now: counts
     assert len(s.above.events_of(Suspect)) == 2
+
+
+def test_views_mode_pings_each_suspect_every_round_until_it_is_refuted():
+    """Views mode: each round pings every member this one suspects (its ack refutes it
+    sooner than gossip would), and no longer once it is refuted; the round finds them
+    without a pass over every member."""
+    s = Sandwich(Swim(SwimConfig(probe_interval_s=1.0, suspicion_min_s=100.0, max_health=0)),
+                 answers={GetPhysical: ("10.0.0.1", 7800)})
+    a, b, c = s.addr("a"), s.addr("b"), s.addr("c")
+    s.down_event(ViewInstalled(View(ViewId(s.local, 1), (s.local, a, b, c))))
+
+    def suspect_pings():
+        return [m.dest for m in s.below.take()
+                if m.headers.get(7, [None])[0] == PING and m.headers[7][1] == 0]
+
+    rumors_from(s, b, (SUSPECT, a.uid, 0, b.uid, 3))
+    assert a in s.layer.suspected
+    for _ in range(3):
+        s.advance(1.0)
+        assert suspect_pings().count(a) == 1
+    rumors_from(s, a, (ALIVE, a.uid, 1, None, 3))  # refuted
+    for _ in range(3):  # (our own unanswered probes suspect the others meanwhile)
+        s.advance(1.0)
+        assert a not in suspect_pings() and a not in s.layer.suspected
