@@ -81,7 +81,7 @@ class MergeDetector(Layer):
         while self.gone and next(iter(self.gone.values())) < horizon:
             self.mine.discard(self.gone.popitem(last=False)[0])
         out = []
-        for addr in (self.gone if everyone else [a for a in self.gone if a in self.mine]):
+        for addr in (self.gone if everyone else self.mine):  # (mine: a subset of gone)
             phys = self.below.down_event(GetPhysical(addr))
             if phys is not None:
                 out.append(tuple(phys))
