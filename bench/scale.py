@@ -25,9 +25,11 @@ at 1,000 against 3 minutes.
 Costs (docs/architecture.md, "Scale in the simulator"). Gossip mode: O(N) memory per member,
 about 1.6 KB per member listed (1.6 MB per member at 1,000); a formation sends O(N) datagrams
 per member (266 at 1,000) and applies O(N^2 log N) rumors in all. Views mode: O(N) datagrams
-per round above 32 members, but O(N^2) work per view change and O(N) changes per formation,
-N^3 in all; from 1,000 members on the bench gathers joins with 0.1 s of view bundling
-(``--view-bundling``). Larger sizes than ``--gossip-max`` / ``--views-max`` (1,000) print what
+per round above 32 members, but O(N^2) work per view change; the coordinator gathers a
+burst's joins for 1 ms a member (at most 1 s: ``gms.view_bundling_per_member_s``), so a
+formation takes O(log N) changes, O(N^2) work in all (``--view-bundling`` sets a fixed
+gathering instead, as the bench did before: 0.1 s from 1,000 members on, O(N) changes).
+Larger sizes than ``--gossip-max`` / ``--views-max`` (1,000) print what
 they would take instead of starting: 10,000 gossip members need about 150 GiB in one process.
 
 Measured 2026-11-26 (branch scale, commits e748b3e..762d80a and this bench), Python 3.11, on
