@@ -73,6 +73,9 @@ whole ``--sizes 1000`` bench finished for the first time, 1,016 s of wall time o
 views 1,000: formation 268 s wall, the partition run 564 s (its 60 s partition took 25-35
 min before STABLE and NAKACK at rest, the UNICAST backoff and FLUSH's restart rule), healed
 1.50 s after; gossip 1,000: partition run 342 s, healed 1.55 s after, peak RSS 4.00 GiB.
+Again later that day (d084bef: the gathering in proportion to the view, three per-member
+passes gone): 786 s of wall time; views 1,000 formed in 59 s (target met), the full run
+159 s, the partition run 302 s, healed 1.45 s after; gossip peak RSS 4.04 GiB.
 Views-mode crash detection grows with N through Lifeguard's suspicion timeout (0.5 s x
 log10 N once confirmed) and the REMOVE's O(log N) gossip rounds to the coordinator; most of
 the spread between single crashes is how soon a member first probes the crashed one, which
