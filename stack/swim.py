@@ -170,8 +170,8 @@ class Swim(Layer):
         self.contact = None  # gossip mode: the member we subscribe through, until it answers
         self.leaving = None
         self.changed = False  # a MembersChanged report is scheduled
-        # the members made SUSPECT since the round last looked (some may be no longer:
-        # the round drops those), so that a round is not a pass over every member
+        # views mode: the members made SUSPECT since the round last looked (some may be
+        # no longer: the round drops those), so that a round is not a pass over every member
         self.suspected: set = set()
         self.reported = -1e9  # when the last one went up
 
@@ -223,6 +223,12 @@ class Swim(Layer):
                 self.suspected.discard(addr)  # refuted, dead or gone since
             else:
                 self._send(addr, [PING, 0, None])
+
+    def _note_suspect(self, addr) -> None:
+        """Views mode: ``addr`` became SUSPECT, for the round to ping (gossip mode pings
+        no suspects, and would only fill the set)."""
+        if self.config.mode == "views":
+            self.suspected.add(addr)
 
     def _next_target(self):
         while True:
@@ -513,7 +519,7 @@ class Swim(Layer):
             if n.state == ALIVE_S or inc > n.inc:
                 n.inc, n.state = inc, SUSPECT_S
                 n.since, n.confirm = self.ctx.now(), {extra}
-                self.suspected.add(addr)
+                self._note_suspect(addr)
                 self.order.append(addr)  # probe it next: our verdict confirms or refutes
                 self.above.up_event(Suspect(addr))
             elif extra in n.confirm:
@@ -531,7 +537,7 @@ class Swim(Layer):
                 self.stats["remove_overruled"] += 1
                 if n.state == ALIVE_S:
                     n.state, n.since, n.confirm = SUSPECT_S, self.ctx.now(), {extra}
-                    self.suspected.add(addr)
+                    self._note_suspect(addr)
                     self._arm(n)
                 return True  # still spread it: the member itself will refute
             self._declare_dead(n, "left" if extra == LEFT else

@@ -9,7 +9,7 @@ from raygroups.stack.events import (Connect, EmitTo, FindMembers, GetPhysical, M
 from raygroups.stack.gossip import GossipConfig, GossipMembership
 from raygroups.stack.message import CONTROL, Message
 from raygroups.stack.swim import (ALIVE, LEFT, PING, PUSH_PULL, REMOVE, RUMORS, SUBSCRIBE,
-                                  UNSUB_ACK, Swim, SwimConfig)
+                                  SUSPECT, SUSPECT_S, UNSUB_ACK, Swim, SwimConfig)
 
 from raygroups.stack.view import View, ViewId
 
@@ -242,3 +242,14 @@ def test_a_probe_from_a_stranger_gets_no_list_in_views_mode_nor_from_a_joiner():
     x = j.addr("x")
     from_(j, x, PING, 1, None)
     assert push_pulls(j, x) == [] and not j.layer.active
+
+
+def test_gossip_mode_keeps_no_set_of_suspects():
+    """Only views mode pings its suspects each round (and drops them from the set it keeps
+    for that once refuted): gossip mode adds nobody, so churn cannot grow the set."""
+    s, others, _ = member(n_others=20)
+    for a in others:
+        from_(s, others[0], RUMORS, 0, rumors=[(SUSPECT, a.uid, 0, others[0].uid, 3)])
+    s.advance(0)
+    assert sum(n.state == SUSPECT_S for n in s.layer.nodes.values()) >= 19
+    assert s.layer.suspected == set()
