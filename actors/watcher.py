@@ -5,7 +5,8 @@ the view (a ring, so every member is watched by that many others and no member w
 and asks Ray's control store (the GCS actor table) every ``poll_s`` whether their actors still
 live. A watched member counts as dead when its actor is DEAD or RESTARTING, when it restarted
 since we began watching it (a new incarnation: the old address is gone for good), or when the
-actor answers with a different member UUID. The GCS learns of a killed or crashed actor within
+actor answers with a different member UUID (one that answers none has not joined yet, and is
+asked again next round). The GCS learns of a killed or crashed actor within
 a few ms and of a dead node after its health checks fail, so this catches what SWIM would
 catch only after its probe and suspicion timeouts.
 
@@ -127,6 +128,13 @@ class RaySignal:
             return
         except Exception:
             return  # busy or restarting: the table tells us next round
+        if uid is None:
+            # not a member yet: its stack installed the view, the actor has not marked
+            # itself joined (a launch under load; taken for "another incarnation" once, a
+            # false exclusion); asked again next round, when a new incarnation that has
+            # not joined yet answers too
+            del self.watches[w.addr]
+            return
         if uid != w.addr.uuid_hex:
             await self._verdict(w, f"actor runs another incarnation ({uid})")
 

@@ -147,3 +147,45 @@ def test_secrets_are_written_owner_only(tmp_path):
     path.chmod(0o644)  # an existing file with wider permissions is narrowed
     cli.write_secret(str(path), "other")
     assert path.stat().st_mode & 0o777 == 0o600 and path.read_text() == "other\n"
+
+
+def test_the_ray_signal_asks_again_a_member_that_has_not_joined_yet(monkeypatch):
+    """A watched actor that answers no UUID yet (its stack installed the view, the actor has
+    not marked itself joined: a launch under load) is asked again next round, not reported
+    as another incarnation; once it answers, only another UUID is a verdict. (The Ray
+    calls are replaced: this checks the watcher's rule alone.)"""
+    import asyncio
+
+    from raygroups.actors import watcher
+    a, b = Address(bytes([1]) * 16, "a"), Address(bytes([2]) * 16, "b")
+    answers = [None, None, b.uuid_hex, "another"]
+
+    class Handle:
+        class _actor_id:
+            @staticmethod
+            def hex():
+                return "ab" * 16
+
+        class uid:
+            @staticmethod
+            async def remote():
+                return answers.pop(0)
+
+    monkeypatch.setattr(watcher.ray, "get_actor", lambda name, namespace: Handle())
+    monkeypatch.setattr(watcher, "actor_state", lambda aid: {"State": "ALIVE", "NumRestarts": 0})
+    reported = []
+
+    async def report(addr):
+        reported.append(addr)
+
+    sig = watcher.RaySignal("c", "ns", lambda: (a, b), lambda: a, report)
+
+    async def rounds():
+        loop = asyncio.get_running_loop()
+        for _ in range(3):  # no UUID twice, then its own
+            await sig._round(loop)
+        assert reported == [] and sig.watched() == ["b"]
+        del sig.watches[b]  # a new watch of b: its actor now runs another incarnation
+        await sig._round(loop)
+    asyncio.run(rounds())
+    assert reported == [b] and answers == []
