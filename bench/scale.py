@@ -119,7 +119,7 @@ def fresh(runs: list, jobs: int) -> list:
         return pool.map(_child, runs, chunksize=1)
 
 
-def view_bundling(n: int, mode: str, args) -> Optional[float]:
+def view_bundling(mode: str, args) -> Optional[float]:
     """The fixed view bundling a views-mode run uses: ``--view-bundling``, else None (the
     preset's, which grows with the view: ``GmsConfig.view_bundling_per_member_s``)."""
     return args.view_bundling if mode == "views" else None
@@ -130,7 +130,7 @@ def plan(n: int, mode: str, args) -> list:
     ``--seed``: rumors, crash, join storm), the partition run (the same seed: formation, then
     the ``--partition`` split and its heal) and the rumor-only runs (seeds ``--seed`` + 1...).
     Apart, they go side by side on the cores instead of one after another."""
-    bundling = view_bundling(n, mode, args)
+    bundling = view_bundling(mode, args)
     base = dict(members=n, membership=mode, memory=args.memory, timeout_s=args.timeout,
                 join_interval_s=args.join_interval,
                 options={"gms__view_bundling_s": bundling,
@@ -153,7 +153,7 @@ PARTITION_KEYS = ("partition_s", "partition_sides", "partitioned_members_apart",
 def combine(n: int, mode: str, args, runs: list) -> dict:
     """One row of figures from the runs of ``plan`` (in its order), with their results."""
     main = dict(runs[0][1])
-    main["view_bundling_s"] = view_bundling(n, mode, args)
+    main["view_bundling_s"] = view_bundling(mode, args)
     trials = {"never": main.get("rumors_never_complete", 0),
               "within": main.get("rumors_within_bound", 0), "count": main.get("rumors", 0)}
     hist = dict(main.get("rumor_rounds_hist", {}))
