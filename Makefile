@@ -17,31 +17,35 @@ demo: $(VENV)/.installed
 	$(PY) -m raygroups.integration.demo
 
 # The tests on real sockets, Ray, Spark and network namespaces in two streams, and beside
-# them, at a lower priority, the unit and simulator tests (CPU only). Two tests that each keep
-# more than a core busy (HEAVY: 1.15 to 1.4 cores, measured 2026-11-28) never run at once.
-# The first stream runs the tests of the shared Ray and RayDP session and of Ray clusters of
-# their own, in file order, its HEAVY ones last (from about 500 s on). The second runs the
-# tests that start no Ray and mostly wait on failure detectors' timers (in network namespaces
-# or in processes killed and started again: 0.1 to 0.6 cores), with `ray up` on hosts in
-# namespaces (HEAVY, its own /tmp/ray and PIDs per host) between their two halves, from
-# about 150 s to 400 s: while the first stream runs its lighter tests. Beside the start of
-# the first stream (its Ray session, a group's launch) only light tests run: with a HEAVY
-# test there, a group of test_actors lost a member to a false suspicion (load 7).
+# them, at a lower priority, the unit and simulator tests (CPU only). Tests that each keep
+# more than a core busy (HEAVY: 1.15 to 1.4 cores, measured 2026-11-28) never run at once:
+# each holds a lock file while it runs (tests/conftest.py), whichever stream reaches its own
+# first. The first stream runs the tests of the shared Ray and RayDP session and of Ray
+# clusters of their own, in file order, its HEAVY ones last (from about 500 s on). The second
+# runs the tests that start no Ray and mostly wait on failure detectors' timers (in network
+# namespaces or in processes killed and started again: 0.1 to 0.6 cores), and between their
+# two halves the HEAVY tests of Ray on hosts in namespaces (`ray up`, then the fault
+# campaign; their own /tmp/ray and PIDs per host): while the first stream runs its lighter
+# tests. Beside the start of the first stream (its Ray session, a group's launch) only light
+# tests run: with a HEAVY test there, a group of test_actors lost a member to a false
+# suspicion (load 7).
 # The second stream's report and the simulator's follow the first's. Any failing fails the
 # run. PYTEST_ARGS="<files, ids or options>" runs one plain pytest instead.
-WAITING_A := failures_real durable_kill netns
-WAITING_B := fd_sock_real arbitrator_netns tie_breaker_netns not_primary workqueue \
+WAITING_A := netns failures_real
+WAITING_B := durable_kill fd_sock_real arbitrator_netns tie_breaker_netns not_primary workqueue \
 	channels_sockets durable_disk_full durable_queue recovery_status gossip_leave \
 	transport_frag_real cluster_yaml
-HEAVY := spark_session packaging spark_stream_nodes host_campaign
+HEAVY_HOSTS := ray_up_hosts host_campaign
+HEAVY := spark_session packaging spark_stream_nodes
 files = $(foreach t,$(1),tests/integration/test_$(t).py)
-SECOND := $(call files,$(WAITING_A) ray_up_hosts $(WAITING_B))
+SECOND := $(call files,$(WAITING_A) $(HEAVY_HOSTS) $(WAITING_B))
 FIRST := $(filter-out $(SECOND) $(call files,$(HEAVY)),$(sort $(wildcard \
 	tests/integration/test_*.py))) $(call files,$(HEAVY))
 
 test: $(VENV)/.installed
 ifeq ($(strip $(PYTEST_ARGS)),)
 	@sims=$$(mktemp); side=$$(mktemp); base=$$(mktemp -d); \
+	export RAYGROUPS_HEAVY="$(HEAVY) $(HEAVY_HOSTS)" RAYGROUPS_HEAVY_LOCK=$$base/heavy.lock; \
 	nice -n 10 $(PY) -m pytest -q -p no:cacheprovider --durations=10 tests/unit tests/sim \
 		> $$sims 2>&1 & cpu=$$!; \
 	$(PY) -m pytest -q -p no:cacheprovider --durations=10 --basetemp=$$base/t \

@@ -1,4 +1,5 @@
-"""Shared test options: simulator seeds, and deterministic property tests.
+"""Shared test options: simulator seeds, deterministic property tests, and the lock that
+keeps two heavy tests of ``make test``'s streams from running at once.
 
 Every simulated test takes a ``sim_seed`` parameter: ``--sim-seeds=N`` runs N seeds (a
 long campaign), ``--sim-seed=S`` replays one seed, ``--sim-seed-base=B`` shifts the range.
@@ -6,6 +7,12 @@ Each failing run prints ``reproduce with --sim-seed=S``. Seeds that once found a
 as regression tests: ``@pytest.mark.regressions(S, ...)`` runs them besides the range (not
 with ``--sim-seed``).
 """
+import fcntl
+import os
+import time
+
+import pytest
+
 
 def pytest_addoption(parser):
     parser.addoption("--sim-seed", type=int, default=None, help="replay one simulator seed")
@@ -50,6 +57,39 @@ def pytest_collection_modifyitems(config, items):
         if spark:
             config.hook.pytest_deselected(items=spark)
             items[:] = [i for i in items if not i.nodeid.startswith(SPARK_TESTS)]
+
+
+HEAVY_WAITS: list = []  # (test id, seconds it waited for the heavy lock), this run's
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """``make test`` runs the integration tests in two streams side by side, and names in
+    ``RAYGROUPS_HEAVY`` the files whose tests each keep more than a core busy: such a test
+    holds the lock file ``RAYGROUPS_HEAVY_LOCK`` while it runs (its fixtures' set-up and
+    tear-down too), so that two of them never run at once whichever stream reaches its own
+    first. The seconds each waited for the lock go in its report (``heavy_lock_wait_s``) and
+    at the end of the run's summary."""
+    path, heavy = os.environ.get("RAYGROUPS_HEAVY_LOCK"), os.environ.get("RAYGROUPS_HEAVY")
+    if not (path and heavy and item.path.name in
+            {f"test_{name}.py" for name in heavy.split()}):
+        yield
+        return
+    with open(path, "a") as lock:
+        t0 = time.monotonic()
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        waited = round(time.monotonic() - t0, 1)
+        item.user_properties.append(("heavy_lock_wait_s", waited))
+        HEAVY_WAITS.append((item.nodeid, waited))
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def pytest_terminal_summary(terminalreporter):
+    for nodeid, waited in HEAVY_WAITS:
+        terminalreporter.write_line(f"heavy lock: {nodeid} waited {waited} s")
 
 
 def pytest_report_header(config):
