@@ -1,6 +1,7 @@
 """The parts of SWIM (stack/swim.py) one at a time, in a sandwich with a manual clock: the
 indirect probe, refutation by incarnation, Lifeguard's local health and its shrinking
-suspicion timeout, the bounded rumor cache, and the gossip design's time-frame sync. Each
+suspicion timeout, the choice of helpers among members heard from recently, the bounded
+rumor cache, and the gossip design's time-frame sync. Each
 test fails when its mechanism is taken out of the layer (each was run once against such a
 mutation; the note on the issue lists them)."""
 from raygroups.stack.events import GetPhysical, MemberDead, Suspect, Unsuspect, ViewInstalled
@@ -93,6 +94,30 @@ def test_a_probe_the_helpers_do_not_answer_lowers_this_members_health_and_nacks_
                 from_(s, m.dest, NACK, seq)
         s.advance(INTERVAL - SwimConfig().probe_timeout_s)  # the final timeout
         assert s.layer.health == health
+
+
+def test_indirect_probes_ask_members_heard_from_recently_when_there_are_k():
+    """Behind a split, members of the far side answer nothing: helpers are chosen among
+    the members heard from within ``helpers_heard_within_rounds`` intervals, so that a
+    missing NACK still says something about this member's own health."""
+    s, others = swim(n_others=20, indirect_probes=2, suspicion_min_s=100.0)
+    _, target, seq = next_ping(s)
+    heard = [a for a in others if a != target][:3]
+    for a in heard:
+        from_(s, a, RUMORS, 0)
+    s.advance(SwimConfig().probe_timeout_s + 0.001)
+    asked = {m.dest for m in sent(s, PING_REQ)}
+    assert len(asked) == 2 and asked <= set(heard), (asked, heard)
+    for h in asked:
+        from_(s, h, NACK, seq)
+    s.advance(INTERVAL - SwimConfig().probe_timeout_s)  # the final timeout
+    assert s.layer.health == 0
+    s.advance(5 * INTERVAL)  # nobody heard from since: any live member helps
+    s.below.take()
+    _, target, seq = next_ping(s)
+    s.advance(SwimConfig().probe_timeout_s * (1 + s.layer.health) + 0.001)
+    asked = {m.dest for m in sent(s, PING_REQ)}
+    assert len(asked) == 2 and not asked <= set(heard), asked
 
 
 def gaps(s, n):
