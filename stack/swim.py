@@ -272,15 +272,13 @@ class Swim(Layer):
         # (UUIDs compared: ``a != target`` is a Python call per member, and a partition
         # times out O(N) probes per round)
         tuid = p.target.uid
-        others = [a for a, n in self.nodes.items() if a.uid != tuid and n.state == ALIVE_S]
-        k = self.config.indirect_probes
-        if self.config.helpers_heard_within_rounds > 0:
-            since = self.ctx.now() - \
-                self.config.helpers_heard_within_rounds * self.config.probe_interval_s
-            nodes = self.nodes
-            heard = [a for a in others if nodes[a].heard >= since]
-            if len(heard) >= k:
-                others = heard
+        live = [(a, n.heard) for a, n in self.nodes.items()
+                if a.uid != tuid and n.state == ALIVE_S]
+        k, window = self.config.indirect_probes, self.config.helpers_heard_within_rounds
+        since = self.ctx.now() - window * self.config.probe_interval_s
+        others = [a for a, heard in live if heard >= since] if window > 0 else []
+        if len(others) < k:
+            others = [a for a, _ in live]
         helpers = self.ctx.rng.sample(others, min(k, len(others)))
         p.asked = len(helpers)
         for h in helpers:
