@@ -115,6 +115,13 @@ def test_unicast_and_graceful_leave(variant):
     asyncio.run(main())
 
 
+def holders(port: int) -> str:
+    """The sockets on ``port`` with their processes and states (``ss``), for a failure."""
+    import subprocess
+    return subprocess.run(["ss", "-tuanp", f"sport = :{port}"], capture_output=True,
+                          text=True, timeout=10).stdout
+
+
 @pytest.mark.parametrize("variant", ["udp-multicast", "tcp-static"])
 def test_a_joiner_with_other_agreed_settings_is_refused(variant):
     """A joiner whose agreed settings (a layer's, or the application's own) differ from the
@@ -141,7 +148,11 @@ def test_a_joiner_with_other_agreed_settings_is_refused(variant):
             await b.send(b"x")
         for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
             with socket.socket(socket.AF_INET, kind) as s:
-                s.bind(("127.0.0.1", ports[1]))
+                try:
+                    s.bind(("127.0.0.1", ports[1]))
+                except OSError as e:  # say who holds it: a socket of ours, or another's
+                    raise AssertionError(f"{kind.name} port {ports[1]}: {e}\n"
+                                         f"{holders(ports[1])}") from None
         assert a.stack.layer("gms").stats["joins_denied"] >= 1
         c = Channel(cluster, name="c", config=config(2, gms__agreed={"app.schema": 1}))
         await c.connect(timeout=20)
