@@ -11,9 +11,10 @@ Joining (GMS's ``FindMembers``): list the files (1 read), read one (1 read; a fi
 read is not read again while its etag is the same), teach the transport every address in it
 (``AddPhysical``), probe the coordinator marked ``T`` and answer GMS with its ``PingData``,
 so GMS joins it unchanged. Several files (a partition): one is picked at random. No file, or
-no answer from its coordinator: an empty answer, and GMS founds the group after its empty
-rounds (a member whose own uuid names a file, i.e. the first member of a bootstrap file, is
-that coordinator and founds at once). A joiner not in the file announces itself by joining:
+no answer from its coordinator (probed again for ``coordinator_wait_s``: a burst of loss must
+not split a joiner off a live group): an empty answer, and GMS founds the group after its
+empty rounds (a member whose own uuid names a file, i.e. the first member of a bootstrap
+file, is that coordinator and founds at once). A joiner not in the file announces itself by joining:
 its JOIN_REQ carries its address, the VIEW spreads it, and the coordinator rewrites its file.
 
 The coordinator's file: written when it becomes coordinator (create-only) and whenever a view
@@ -98,6 +99,11 @@ class StoreDiscoveryConfig:
     """First retry delay after a failed store call; doubles up to ``retry_max_s``."""
     retry_max_s: float = 5.0
     """Longest retry delay while the store is down."""
+    coordinator_wait_s: float = 1.0
+    """A joiner keeps probing a file's silent coordinator this long (over several probe
+    timeouts) before it gives that file up and, with no other, founds a group of its own.
+    Longer than a burst of loss, which would otherwise split a joiner off a live group;
+    shorter means a joiner founds sooner beside the file of a group that was killed."""
     store_wait_s: float = 10.0
     """A joiner that never reached the store waits this long before founding alone."""
     bootstrap_rounds: int = 3
@@ -140,6 +146,7 @@ class StoreDiscovery(Layer):
         self.round_id = 0
         self.rounds = 0
         self.bad: set = set()                        # files whose coordinator was silent
+        self.silent_since: dict[str, float] = {}     # ... since (the first probe of a join)
         self.nonce = 0
         self.pending: dict[int, Callable] = {}
         # own file (coordinator)
@@ -371,10 +378,16 @@ class StoreDiscovery(Layer):
         for i in range(cfg.num_probes):
             self.ctx.schedule(i * cfg.probe_timeout_s / cfg.num_probes,
                               lambda: self._probe_targets(rid, nonce, targets))
+        if name is not None:
+            self.silent_since.setdefault(name, self.ctx.now())
 
         def timeout() -> None:
             if rid == self.round_id and self.round is not None:
                 if name is not None:
+                    since = self.silent_since[name]
+                    if self.ctx.now() + cfg.probe_timeout_s <= since + cfg.coordinator_wait_s:
+                        self._probe_round(rid, targets, name)  # a burst of loss, maybe
+                        return
                     self.bad.add(name)
                 self._finish(rid, list(self.round["found"].values()))
         self.ctx.schedule(cfg.probe_timeout_s, timeout)
@@ -485,6 +498,7 @@ class StoreDiscovery(Layer):
             return
         self.rounds = 0
         self.bad.clear()
+        self.silent_since.clear()
         self.known.update(m.uid for m in view.members)
         for uid in list(self.retained):
             if uid in self.known:

@@ -135,6 +135,28 @@ def test_joins_cost_two_reads_and_one_write(sim_seed):
     check_no_errors(sim)
 
 
+@pytest.mark.seeds(20)
+def test_a_joiner_cut_off_from_the_files_coordinator_for_a_while_still_joins_it(sim_seed):
+    """Everything between the joiner and the coordinator its file names is lost for longer
+    than GMS's empty rounds (2 x the probe timeout), then flows again: the joiner keeps
+    probing for ``coordinator_wait_s`` and joins; it does not found a group beside the file
+    (which, with the rendezvous off, would never merge)."""
+    sim = sim_for(sim_seed, buggify=False)
+    cfg = config(store__rendezvous_interval_s=3600.0)
+    first = sim.add_member(CLUSTER, "m0", cfg)
+    sim.run_until(lambda: first.view is not None and files(sim), 10, "founding")
+    joiner = sim.add_member(CLUSTER, "m1", cfg)
+    sim.cut(first, joiner)
+    probe = joiner.stack.layer("discovery").config.probe_timeout_s
+    # past two rounds and their store calls; within coordinator_wait_s (1 s) and a round
+    sim.run_for(sim.rng.uniform(3 * probe + 0.05, 1.0 - 2 * probe))
+    assert joiner.view is None, (joiner.view, sim_seed)
+    sim.heal()
+    sim.run_until(lambda: one_view([first, joiner]), 10, "m1 joined m0's group")
+    assert list(files(sim)) == [file_name(first.address.uid)]
+    check_no_errors(sim)
+
+
 @pytest.mark.seeds(100)
 @pytest.mark.regressions(13200041,  # the next coordinator had founded alone (a put) before
                          14400116)  # the coordinator was not the first member started
@@ -174,6 +196,7 @@ def test_coordinator_change_moves_the_file(sim_seed):
 
 
 @pytest.mark.seeds(30)
+@pytest.mark.regressions(16650099)  # a loss burst as long as two probe rounds split m1 off
 def test_a_coordinator_that_leaves_during_its_files_write_still_deletes_it(sim_seed):
     """The coordinator leaves while a write of its file (a joiner's line) is in flight on a
     slow store: its delete waits for that write, whose result comes after its stack

@@ -97,11 +97,14 @@ def test_empty_store_and_silent_coordinator_answer_nothing():
     a = s.addr("A")
     put_file(s, a, [a])
     s.down_event(FindMembers(s.found.append))
-    s.advance(0.5)  # 3 probes, no answer
-    assert len(probes(s)) == 3 and s.found[-1] == []
+    s.advance(0.8)  # 3 probes a timeout (0.3 s), no answer: probed again while another
+    assert len(s.found) == 1  # timeout fits in coordinator_wait_s (1 s)
+    s.advance(0.2)
+    assert len(probes(s)) == 9 and s.found[-1] == []
     s.down_event(FindMembers(s.found.append))  # same etag: the file is not read again
-    s.advance(0.5)
-    assert s.store.calls == {"list": 2, "get": 1}
+    s.advance(0.4)  # and its coordinator, silent for longer than the wait, is probed once
+    assert s.store.calls == {"list": 2, "get": 1} and len(s.found) == 3
+    assert len(probes(s)) == 12
 
 
 def test_member_that_is_not_coordinator_points_to_it():
