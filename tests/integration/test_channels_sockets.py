@@ -115,6 +115,19 @@ def test_unicast_and_graceful_leave(variant):
     asyncio.run(main())
 
 
+def tcp_sockets_open_on(port: int) -> list:
+    """This namespace's TCP sockets whose local port is ``port``, in any state but TIME_WAIT
+    (``/proc/net/tcp``: the fourth column is the state, 06 is TIME_WAIT)."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                cols = line.split()
+                if int(cols[1].rsplit(":", 1)[1], 16) == port and cols[3] != "06":
+                    found.append(line.strip())
+    return found
+
+
 def holders(port: int) -> str:
     """The sockets on ``port`` with their processes and states (``ss``), for a failure."""
     import subprocess
@@ -148,11 +161,16 @@ def test_a_joiner_with_other_agreed_settings_is_refused(variant):
             await b.send(b"x")
         for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
             with socket.socket(socket.AF_INET, kind) as s:
+                # as any server binds: a TCP connection we closed first waits out TIME_WAIT
+                # on the port (the kernel's, no socket of ours); a listener still fails
+                reuse = int(kind == socket.SOCK_STREAM)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, reuse)
                 try:
                     s.bind(("127.0.0.1", ports[1]))
                 except OSError as e:  # say who holds it: a socket of ours, or another's
                     raise AssertionError(f"{kind.name} port {ports[1]}: {e}\n"
                                          f"{holders(ports[1])}") from None
+        assert not tcp_sockets_open_on(ports[1]), holders(ports[1])  # connections closed too
         assert a.stack.layer("gms").stats["joins_denied"] >= 1
         c = Channel(cluster, name="c", config=config(2, gms__agreed={"app.schema": 1}))
         await c.connect(timeout=20)
