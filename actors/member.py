@@ -77,8 +77,15 @@ class MemberSpec:
     http_tls: Optional[tuple] = None
     """(certfile, keyfile), PEM paths on the member's node: serve HTTPS."""
     ray_signal: bool = True
+    """Ray as a second failure signal (``watcher.RaySignal``): peers whose actors Ray
+    reports dead or restarted are excluded at once, without waiting for SWIM."""
     ray_poll_s: float = 0.1
+    """How often that signal reads the actor table for each watched peer (one GCS call
+    each). Shorter notices a restart sooner; each call costs about 0.4 ms of this member's
+    CPU (about 9% of a member's CPU during a Spark stream, 2026-12-04)."""
     watchers: int = 2
+    """Peers each member watches that way (the ones after it in the view), so each member
+    is watched by as many."""
     fence: bool = True
     """Fence the member when Ray gives up on its node (actors/fence.py)."""
     fence_config: FenceConfig = field(default_factory=FenceConfig)
