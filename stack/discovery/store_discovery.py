@@ -145,8 +145,7 @@ class StoreDiscovery(Layer):
         self.round: Optional[dict] = None
         self.round_id = 0
         self.rounds = 0
-        self.bad: set = set()                        # files whose coordinator was silent
-        self.silent_since: dict[str, float] = {}     # ... since (the first probe of a join)
+        self.silent_since: dict[str, float] = {}     # file -> its coordinator silent since
         self.nonce = 0
         self.pending: dict[int, Callable] = {}
         # own file (coordinator)
@@ -350,7 +349,7 @@ class StoreDiscovery(Layer):
         if file_name(self.ctx.local.uid) in names:
             self._finish(rid, [])  # a file names us coordinator (bootstrap): found at once
             return
-        fresh = [n for n in names if n not in self.bad] or names
+        fresh = [n for n in names if not self._given_up(n)] or names
         if not fresh:
             self._finish(rid, [])
             return
@@ -361,7 +360,7 @@ class StoreDiscovery(Layer):
         if rid != self.round_id or self.round is None:
             return
         if mf is None or not mf.entries:
-            self.bad.add(name)
+            self.silent_since[name] = NEVER  # nobody to probe: given up at once
             self._finish(rid, [])
             return
         t = mf.coordinator or mf.get(uid_from_file_name(name) or b"") or mf.entries[0]
@@ -372,7 +371,11 @@ class StoreDiscovery(Layer):
 
     def _probe_round(self, rid: int, targets: list, name: Optional[str] = None) -> None:
         """Probe ``targets`` (Entries); the first that names a coordinator ends the round."""
-        nonce = self._new_nonce(lambda *a: self._round_answer(rid, *a))
+        def answer(*a) -> None:
+            if name is not None:
+                self.silent_since.pop(name, None)  # it answers: a later round waits afresh
+            self._round_answer(rid, *a)
+        nonce = self._new_nonce(answer)
         self.round["nonce"] = nonce
         cfg = self.config
         for i in range(cfg.num_probes):
@@ -383,14 +386,18 @@ class StoreDiscovery(Layer):
 
         def timeout() -> None:
             if rid == self.round_id and self.round is not None:
-                if name is not None:
-                    since = self.silent_since[name]
-                    if self.ctx.now() + cfg.probe_timeout_s <= since + cfg.coordinator_wait_s:
-                        self._probe_round(rid, targets, name)  # a burst of loss, maybe
-                        return
-                    self.bad.add(name)
+                if name is not None and not self.round["found"] and not self._given_up(name):
+                    self._probe_round(rid, targets, name)  # silent: a burst of loss, maybe
+                    return
                 self._finish(rid, list(self.round["found"].values()))
         self.ctx.schedule(cfg.probe_timeout_s, timeout)
+
+    def _given_up(self, name: str) -> bool:
+        """Whether a join gave up on file ``name``: its coordinator stayed silent for all of
+        ``coordinator_wait_s`` that whole probe timeouts fit in (or the file lists nobody)."""
+        since = self.silent_since.get(name)
+        return since is not None and \
+            self.ctx.now() + self.config.probe_timeout_s > since + self.config.coordinator_wait_s
 
     def _probe_targets(self, rid: int, nonce: int, targets: list) -> None:
         if rid == self.round_id and self.round is not None:
@@ -497,7 +504,6 @@ class StoreDiscovery(Layer):
                 self._delete_own()
             return
         self.rounds = 0
-        self.bad.clear()
         self.silent_since.clear()
         self.known.update(m.uid for m in view.members)
         for uid in list(self.retained):

@@ -107,6 +107,27 @@ def test_empty_store_and_silent_coordinator_answer_nothing():
     assert len(probes(s)) == 12
 
 
+def test_a_coordinator_that_answered_once_is_waited_for_afresh_when_it_falls_silent():
+    """A join round the coordinator answered (its JOIN may then time out), then a round in
+    which it is silent: the second waits the whole ``coordinator_wait_s`` again, not what
+    is left of a wait counted from the first round's probe."""
+    s = make()
+    s.down_event(MembershipStatus(False, False))
+    a = s.addr("A")
+    put_file(s, a, [a])
+    s.down_event(FindMembers(s.found.append))
+    s.advance(0.01)
+    answer(s, a, probes(s)[0].msg.headers[1][1])
+    s.advance(2.0)  # longer than the wait: the answer restarted it
+    assert len(s.found) == 1 and s.found[0][0].addr == a
+    sent = len(probes(s))
+    s.down_event(FindMembers(s.found.append))
+    s.advance(0.55)  # silent: probed again, not given up after one probe timeout (0.3 s)
+    assert len(s.found) == 1 and len(probes(s)) - sent == 6
+    s.advance(0.45)
+    assert s.found[-1] == [] and len(probes(s)) - sent == 9
+
+
 def test_member_that_is_not_coordinator_points_to_it():
     s = make()
     a, b, c = s.addr("A"), s.addr("B"), s.addr("C")
