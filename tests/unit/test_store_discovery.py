@@ -107,16 +107,23 @@ def test_empty_store_and_silent_coordinator_answer_nothing():
     assert len(probes(s)) == 12
 
 
-def test_a_coordinator_that_answered_once_is_waited_for_afresh_when_it_falls_silent():
-    """A join round the coordinator answered (its JOIN may then time out), then a round in
-    which it is silent: the second waits the whole ``coordinator_wait_s`` again, not what
-    is left of a wait counted from the first round's probe."""
+def joining_with_a_file():
+    """A joiner whose store holds one file, of coordinator A, in its first join round (the
+    file read, the first probe out): (sandwich, A)."""
     s = make()
     s.down_event(MembershipStatus(False, False))
     a = s.addr("A")
     put_file(s, a, [a])
     s.down_event(FindMembers(s.found.append))
     s.advance(0.01)
+    return s, a
+
+
+def test_a_coordinator_that_answered_once_is_waited_for_afresh_when_it_falls_silent():
+    """A join round the coordinator answered (its JOIN may then time out), then a round in
+    which it is silent: the second waits the whole ``coordinator_wait_s`` again, not what
+    is left of a wait counted from the first round's probe."""
+    s, a = joining_with_a_file()
     answer(s, a, probes(s)[0].msg.headers[1][1])
     s.advance(2.0)  # longer than the wait: the answer restarted it
     assert len(s.found) == 1 and s.found[0][0].addr == a
@@ -302,12 +309,7 @@ values = scalars | st.lists(scalars, max_size=4) | st.lists(st.lists(scalars, ma
        st.integers(0, 3))
 def test_garbage_discovery_headers_never_raise(value, typ, fields, nonce):
     """Whatever arrives under the discovery header is handled or counted as malformed."""
-    s = make()
-    s.down_event(MembershipStatus(False, False))
-    a = s.addr("A")
-    put_file(s, a, [a])
-    s.down_event(FindMembers(s.found.append))
-    s.advance(0.01)
+    s, a = joining_with_a_file()
     x = s.addr("X")
     for hdr in (value, [typ] + fields, [typ, nonce] + fields[:7]):
         s.up(Message(s.local, b"", CONTROL, {1: hdr}, x))
