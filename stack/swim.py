@@ -79,6 +79,12 @@ class SwimConfig:
     suspicion_confirmations: int = 3
     """Independent confirmations that shrink the timeout to its minimum (k). Beyond k a
     member neither originates nor spreads another confirmation (memberlist)."""
+    suspicion_verifiers: int = 8
+    """Members that probe a suspect as soon as they hear of the suspicion (each with
+    probability verifiers / N beyond that many members; 0: none), so that its confirmations
+    come within a round or two. Every member of a large group doing so confirmed each
+    suspicion 15 times where k = 3 count: a 300-member group split in halves originated 4,900
+    SUSPECT rumors for 300 suspects, 12 per member and suspect it had to hear."""
     max_piggyback: int = 16
     """Rumors carried per message."""
     rumor_cache: int = 10_000
@@ -239,6 +245,13 @@ class Swim(Layer):
         no suspects, and would only fill the set)."""
         if self.config.mode == "views":
             self.suspected.add(addr)
+
+    def _verifies(self) -> bool:
+        """Whether this member, hearing a fresh suspicion, probes the suspect next: always
+        in a group of up to ``suspicion_verifiers``, else with probability verifiers / N,
+        so that about that many members verify each suspicion however large the group."""
+        m, size = self.config.suspicion_verifiers, len(self.nodes)
+        return size <= m or self.ctx.rng.random() * size < m
 
     def _next_target(self):
         while True:
@@ -536,7 +549,8 @@ class Swim(Layer):
                 n.inc, n.state = inc, SUSPECT_S
                 n.since, n.confirm = self.ctx.now(), {extra}
                 self._note_suspect(addr)
-                self.order.append(addr)  # probe it next: our verdict confirms or refutes
+                if self._verifies():
+                    self.order.append(addr)  # probe it next: our verdict confirms or refutes
                 self.above.up_event(Suspect(addr))
             elif extra in n.confirm:
                 return False
