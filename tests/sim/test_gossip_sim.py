@@ -31,7 +31,8 @@ def form(sim, n, cfg):
 
 
 @pytest.mark.seeds(50)
-@pytest.mark.regressions(16610007)  # the oracle took a confirmed leaver for a live member
+@pytest.mark.regressions(16610007,  # the oracle took a confirmed leaver for a live member
+                         16720715)  # and so did its last check, before the leaver stopped
 def test_gossip_join_crash_leave(sim_seed):
     sim = Simulation(sim_seed, SimOptions(loss=0.05, delay_s=(0.0005, 0.003)))
     members = form(sim, sim.rng.randint(8, 20), GOSSIP)
@@ -42,6 +43,7 @@ def test_gossip_join_crash_leave(sim_seed):
     sim.run_until(lambda: converged(members), 30, "crash and leave seen by all")
     for m in members:
         if m.alive:
-            assert victim.address not in m.view and leaver.address not in m.view
             assert m.stack.errors == 0
+            if m.left is None:  # (a confirmed leaver keeps its last view until it stops)
+                assert victim.address not in m.view and leaver.address not in m.view
     assert leaver.left.reason == "left"
