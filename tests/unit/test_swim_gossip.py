@@ -253,3 +253,27 @@ def test_gossip_mode_keeps_no_set_of_suspects():
     s.advance(0)
     assert sum(n.state == SUSPECT_S for n in s.layer.nodes.values()) >= 19
     assert s.layer.suspected == set()
+
+
+def verified_at_once(n_others, suspects, **cfg):
+    """How many of ``suspects`` fresh suspicions (each heard from m0) a gossip member
+    verifies at once: the suspects it puts next in its probe order."""
+    s, others, _ = member(n_others=n_others, **cfg)
+    before = len(s.layer.order)
+    heard = others[1:1 + suspects]
+    for i in range(0, len(heard), 16):
+        from_(s, others[0], RUMORS, 0,
+              rumors=[(SUSPECT, a.uid, 0, others[0].uid, 3) for a in heard[i:i + 16]])
+    assert all(s.layer.nodes[a].state == SUSPECT_S for a in heard)
+    return len(s.layer.order) - before
+
+
+def test_about_verifiers_members_of_a_large_gossip_group_probe_a_suspect_at_once():
+    """Lifeguard's confirmations come from members that probe a suspect when they hear of it:
+    every member of a small group does, one in N / ``suspicion_verifiers`` of a large one.
+    With every member verifying, 300 members split in halves confirmed each suspicion 15
+    times, where k = 3 count."""
+    assert verified_at_once(7, 5) == 5                       # 8 members: all verify
+    assert verified_at_once(7, 5, suspicion_verifiers=0) == 0
+    many = verified_at_once(400, 300)                        # 300 x 8 / 400: 6 expected
+    assert 1 <= many <= 15, many
