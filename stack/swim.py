@@ -487,7 +487,7 @@ class Swim(Layer):
         if first is not None:
             if ctime < first:  # the same rumor, also made earlier (by another member)
                 self.seen[key] = ctime
-                self.log.restamp(key, first, ctime, (kind, uid, inc, extra, 0, ctime))
+                self.log.restamp(key, first, ctime)
             if not own:
                 if kind in (SUSPECT, REMOVE) and uid == self.ctx.local.uid:
                     self._deny(inc, sender)  # the sender still holds it: it needs our answer
@@ -507,7 +507,7 @@ class Swim(Layer):
                 self.seen.popitem(last=False)
                 if len(self.doubted) > self.config.rumor_cache:  # bounded like ``seen``
                     self.doubted = {k[1] for k in self.seen if k[0] == SUSPECT or k[0] == REMOVE}
-            self.log.add(key, ctime, (kind, uid, inc, extra, 0, ctime))
+            self.log.add(key, ctime, None if doubt else extra)
         if self._effect(kind, addr, inc, extra, sender) and left > 1:
             self.queue[key] = [[kind, uid, inc, extra, left, ctime], left - 1, 0, 0]
 
