@@ -76,6 +76,9 @@ min before STABLE and NAKACK at rest, the UNICAST backoff and FLUSH's restart ru
 Again later that day (d084bef: the gathering in proportion to the view, three per-member
 passes gone): 786 s of wall time; views 1,000 formed in 59 s (target met), the full run
 159 s, the partition run 302 s, healed 1.45 s after; gossip peak RSS 4.04 GiB.
+Again on d70150d (about 8 gossip members verify each suspicion, not all; the rumor log
+keeps one copy of each rumor): 660 s of wall time, 1,135 s of CPU; the gossip partition run
+282 s (558 s on 98a40a5), gossip peak RSS 3.47 GiB (5.16), views formed in 47 s.
 Views-mode crash detection grows with N through Lifeguard's suspicion timeout (0.5 s x
 log10 N once confirmed) and the REMOVE's O(log N) gossip rounds to the coordinator; most of
 the spread between single crashes is how soon a member first probes the crashed one, which
@@ -181,9 +184,9 @@ def combine(n: int, mode: str, args, runs: list) -> dict:
 def cost_order(item: tuple) -> tuple:
     """Longest runs first, so that the last run to start is a short one: larger first, then
     the partition runs (the burial of half the group at full probe rate), then gossip's
-    full and rumor-only runs, then views'. At 1,000 members (2026-12-04, ac1f5ce) they took
-    672 and 433 s (partition, gossip and views), 335 and about 320 s (gossip full and
-    rumors), 226 s (views full): 1,978 s of CPU, so no order on two cores beats 990 s."""
+    full and rumor-only runs, then views'. At 1,000 members (2026-12-04, d70150d) they took
+    282 and 290 s (partition, gossip and views), 232 s and about 210 s (gossip full and
+    rumors), 124 s (views full): 1,135 s of CPU, so no order on two cores beats 570 s."""
     (n, mode), role, _ = item
     return (-n, role != "partition", mode != "gossip", role == "rumors")
 
